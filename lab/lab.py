@@ -1,0 +1,123 @@
+"""Bring the local lab up or down: one systemd container per host of inventories/lab.
+
+Usage: lab.py up|down|summary [--inventory DIR]
+The container settings come from the inventory's lab_* variables; podman must use
+lab/containers.conf (the Makefile exports CONTAINERS_CONF).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+LABEL = "llmops.lab=1"
+
+
+def run(*args, check=True, capture=False):
+    return subprocess.run(args, check=check, text=True, capture_output=capture)
+
+
+def podman(*args, check=True, capture=False):
+    return run("podman", *args, check=check, capture=capture)
+
+
+def load_inventory(inventory):
+    ansible_inventory = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
+    out = run(ansible_inventory, "-i", inventory, "--list", capture=True).stdout
+    data = json.loads(out)
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    hosts = sorted(hostvars)
+    if not hosts:
+        sys.exit("lab: inventory %s has no hosts" % inventory)
+    return hosts, hostvars
+
+
+def exists(kind, name):
+    return podman(kind, "exists", name, check=False).returncode == 0
+
+
+def up(hosts, hostvars):
+    common = hostvars[hosts[0]]
+    network = common["lab_network"]
+    if not exists("network", network):
+        podman("network", "create", "--subnet", common["lab_subnet"], "--label", LABEL, network, capture=True)
+    for host in hosts:
+        hv = hostvars[host]
+        if exists("container", host):
+            podman("start", host, capture=True)
+            continue
+        args = [
+            "run",
+            "--detach",
+            "--name",
+            host,
+            "--hostname",
+            host,
+            "--label",
+            LABEL,
+            "--network",
+            network,
+            "--ip",
+            hv["lab_ip"],
+            "--systemd=always",
+            "--shm-size",
+            hv["lab_shm_size"],
+            "--cap-add",
+            "NET_ADMIN",
+        ]
+        for ulimit in hv["lab_ulimits"]:
+            args += ["--ulimit", ulimit]
+        podman(*args, hv["lab_image"], "/sbin/init", capture=True)
+    for host in hosts:
+        wait_for_systemd(host)
+
+
+def wait_for_systemd(host, attempts=60):
+    for _attempt in range(attempts):
+        state = podman("exec", host, "systemctl", "is-system-running", check=False, capture=True).stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        run("sleep", "1")
+    sys.exit("lab: systemd in %s did not come up (last state %r)" % (host, state))
+
+
+def down(hosts, hostvars):
+    for host in hosts:
+        if exists("container", host):
+            podman("rm", "--force", "--time", "5", host, capture=True)
+    # Also anything labelled as ours that the inventory no longer lists.
+    leftovers = podman("ps", "-aq", "--filter", "label=" + LABEL, capture=True).stdout.split()
+    if leftovers:
+        podman("rm", "--force", "--time", "5", *leftovers, capture=True)
+    network = hostvars[hosts[0]]["lab_network"]
+    if exists("network", network):
+        podman("network", "rm", network, capture=True)
+
+
+def summary(hosts, hostvars):
+    print("\nThe lab is up (containers on this machine, podman network %s):\n" % hostvars[hosts[0]]["lab_network"])
+    print("  %-12s %-14s %-32s %s" % ("host", "address", "groups", "deployed"))
+    for host in hosts:
+        fact = podman("exec", host, "cat", "/etc/ansible/facts.d/llmops.fact", check=False, capture=True)
+        record = json.loads(fact.stdout) if fact.returncode == 0 else {}
+        deployed = "baseline" if record else "nothing yet"
+        print("  %-12s %-14s %-32s %s" % (host, hostvars[host]["lab_ip"], ",".join(record.get("groups", [])), deployed))
+    print("\nReach a host:     podman exec -it lab-node1 bash")
+    print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
+    print("Remove the lab:   make lab-down\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("up", "down", "summary"))
+    parser.add_argument("--inventory", default=os.path.join(REPO, "inventories", "lab"))
+    args = parser.parse_args()
+    hosts, hostvars = load_inventory(args.inventory)
+    {"up": up, "down": down, "summary": summary}[args.action](hosts, hostvars)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Check that every role's meta/argument_specs.yml matches its defaults/main.yml.
+
+For each role: the same variable names on both sides, equal default values, a type and a
+description for every option, and the `<role>_` prefix on every public variable.
+Exits non-zero and names each mismatch.
+"""
+
+import pathlib
+import sys
+
+import yaml
+
+ROLES = pathlib.Path(__file__).resolve().parent.parent / "roles"
+
+
+def load(path):
+    with path.open() as stream:
+        return yaml.safe_load(stream) or {}
+
+
+def check_role(role):
+    errors = []
+    name = role.name
+    specs = load(role / "meta" / "argument_specs.yml").get("argument_specs", {})
+    defaults_file = role / "defaults" / "main.yml"
+    defaults = load(defaults_file) if defaults_file.exists() else {}
+    options = (specs.get("main") or {}).get("options") or {}
+    if "main" not in specs:
+        errors.append("%s: meta/argument_specs.yml has no 'main' entry point" % name)
+
+    for var in sorted(set(defaults) - set(options)):
+        errors.append("%s: %s is in defaults/main.yml but not in meta/argument_specs.yml" % (name, var))
+    for var in sorted(set(options) - set(defaults)):
+        if options[var].get("required"):
+            continue
+        errors.append("%s: %s is in meta/argument_specs.yml but not in defaults/main.yml" % (name, var))
+    for var, spec in sorted(options.items()):
+        if not var.startswith(name + "_"):
+            errors.append("%s: public variable %s lacks the prefix %s_" % (name, var, name))
+        for key in ("type", "description"):
+            if key not in spec:
+                errors.append("%s: %s has no %s in meta/argument_specs.yml" % (name, var, key))
+        if var in defaults and not spec.get("required") and spec.get("default") != defaults[var]:
+            errors.append(
+                "%s: default of %s differs: argument_specs says %r, defaults/main.yml says %r"
+                % (name, var, spec.get("default"), defaults[var])
+            )
+    return errors
+
+
+def main():
+    roles = sorted(p for p in ROLES.iterdir() if (p / "meta" / "argument_specs.yml").exists())
+    missing = sorted(p.name for p in ROLES.iterdir() if p.is_dir() and p not in roles)
+    errors = ["%s: no meta/argument_specs.yml" % name for name in missing]
+    for role in roles:
+        errors.extend(check_role(role))
+    for error in errors:
+        print(error)
+    print("argument specs: %d roles checked, %d problems" % (len(roles) + len(missing), len(errors)))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

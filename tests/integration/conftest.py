@@ -1,0 +1,58 @@
+"""Fixtures for integration tests that run real playbooks against lab containers."""
+
+import os
+import pathlib
+import subprocess
+import uuid
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+LAB_IMAGE = os.environ.get("LAB_IMAGE", "localhost/llmops-lab:latest")
+
+
+def podman(*args, check=True):
+    return subprocess.run(["podman", *args], check=check, text=True, capture_output=True)
+
+
+@pytest.fixture
+def lab_host():
+    """A fresh systemd container from the lab image, without network; removed afterwards."""
+    name = "llmops-it-%s" % uuid.uuid4().hex[:8]
+    podman(
+        "run", "--detach", "--name", name, "--hostname", name, "--network", "none", "--systemd=always",
+        "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", LAB_IMAGE, "/sbin/init",
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        podman("rm", "--force", "--time", "2", name, check=False)
+
+
+def write_inventory(directory, host, host_vars):
+    """A podman-connection inventory for one host in the vllm_nodes group."""
+    inventory = pathlib.Path(directory) / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  children:\n    vllm_nodes:\n      hosts:\n        %s:\n"
+        "  vars:\n    ansible_connection: containers.podman.podman\n"
+        "    ansible_python_interpreter: /usr/bin/python3\n" % host
+    )
+    (inventory / "host_vars" / ("%s.yml" % host)).write_text(host_vars)
+    return inventory
+
+
+def ansible_playbook(inventory, *args):
+    return ansible_playbook_file("site.yml", inventory, *args)
+
+
+def ansible_playbook_file(playbook, inventory, *args):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), str(REPO / playbook), "-i", str(inventory), *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
+    )
