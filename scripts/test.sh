@@ -11,7 +11,7 @@ gates=("$@")
 run_gate() {
   case $1 in
     yamllint) yamllint --strict . ;;
-    ruff) ruff check . && ruff format --check . ;;
+    ruff) ruff check . ;;
     ansible-lint) ansible-lint --offline ;;
     argument-specs) python scripts/check_argument_specs.py ;;
     sanity) scripts/sanity.sh ;;

@@ -55,4 +55,5 @@ def ansible_playbook_file(playbook, inventory, *args):
         env=env,
         text=True,
         capture_output=True,
+        check=False,
     )

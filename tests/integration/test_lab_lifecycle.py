@@ -1,0 +1,42 @@
+"""`make lab` twice is idempotent and `make lab-down` leaves nothing behind."""
+
+import re
+import subprocess
+
+import pytest
+from conftest import REPO, podman
+
+LAB_HOSTS = ["lab-lb1", "lab-mon1", "lab-node1", "lab-node2"]
+
+
+def make(target):
+    return subprocess.run(["make", "-C", str(REPO), target], text=True, capture_output=True, check=False)
+
+
+def recap_changed(output):
+    return {host: int(changed) for host, changed in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
+
+
+@pytest.fixture
+def no_lab_running():
+    if podman("ps", "-aq", "--filter", "label=llmops.lab=1").stdout.strip():
+        pytest.skip("a lab is already up here; this test does not touch it")
+
+
+def test_lab_up_twice_then_down(no_lab_running):
+    try:
+        first = make("lab")
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        assert sorted(recap_changed(first.stdout)) == LAB_HOSTS
+        assert "The lab is up" in first.stdout
+
+        second = make("lab")
+        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+        assert recap_changed(second.stdout) == dict.fromkeys(LAB_HOSTS, 0)
+    finally:
+        down = make("lab-down")
+
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert podman("ps", "-aq", "--filter", "label=llmops.lab=1").stdout.strip() == ""
+    assert podman("network", "exists", "llmops-lab", check=False).returncode == 1
+    assert podman("mount").stdout.strip() == ""
