@@ -1,6 +1,6 @@
 """Check that every role's meta/argument_specs.yml matches its defaults/main.yml.
 
-For each role: the same variable names on both sides, equal default values, a type and a
+For each role: the same variable names on both sides (all entry points together), equal default values, a type and a
 description for every option, and the `<role>_` prefix on every public variable.
 Exits non-zero and names each mismatch.
 """
@@ -24,9 +24,15 @@ def check_role(role):
     specs = load(role / "meta" / "argument_specs.yml").get("argument_specs", {})
     defaults_file = role / "defaults" / "main.yml"
     defaults = load(defaults_file) if defaults_file.exists() else {}
-    options = (specs.get("main") or {}).get("options") or {}
     if "main" not in specs:
         errors.append("%s: meta/argument_specs.yml has no 'main' entry point" % name)
+    # Every entry point's options; one variable must mean the same in each.
+    options = {}
+    for entry, spec in sorted(specs.items()):
+        for var, option in ((spec or {}).get("options") or {}).items():
+            if var in options and options[var] != option:
+                errors.append("%s: %s differs between entry points (%s)" % (name, var, entry))
+            options.setdefault(var, option)
 
     for var in sorted(set(defaults) - set(options)):
         errors.append("%s: %s is in defaults/main.yml but not in meta/argument_specs.yml" % (name, var))
