@@ -97,16 +97,25 @@ def down(hosts, hostvars):
         podman("network", "rm", network, capture=True)
 
 
+def local_fact(host, name):
+    """A JSON local fact the collection wrote on a lab host, or {}."""
+    fact = podman("exec", host, "cat", "/etc/ansible/facts.d/%s.fact" % name, check=False, capture=True)
+    return json.loads(fact.stdout) if fact.returncode == 0 else {}
+
+
 def summary(hosts, hostvars):
     print("\nThe lab is up (containers on this machine, podman network %s):\n" % hostvars[hosts[0]]["lab_network"])
-    print("  %-12s %-14s %-32s %s" % ("host", "address", "groups", "deployed"))
+    print("  %-12s %-14s %-16s %s" % ("host", "address", "groups", "deployed"))
     for host in hosts:
-        fact = podman("exec", host, "cat", "/etc/ansible/facts.d/llmops.fact", check=False, capture=True)
-        record = json.loads(fact.stdout) if fact.returncode == 0 else {}
-        deployed = "baseline" if record else "nothing yet"
-        print("  %-12s %-14s %-32s %s" % (host, hostvars[host]["lab_ip"], ",".join(record.get("groups", [])), deployed))
+        record, vllm = local_fact(host, "llmops"), local_fact(host, "vllm")
+        deployed = ["baseline"] if record else []
+        if vllm:
+            deployed.append("%s %s in %s" % (vllm["package"], vllm["version"], vllm["venv"]))
+        groups = ",".join(record.get("groups", []))
+        print("  %-12s %-14s %-16s %s" % (host, hostvars[host]["lab_ip"], groups, ", ".join(deployed) or "nothing yet"))
     print("\nReach a host:     podman exec -it lab-node1 bash")
     print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
+    print("Topology report:  .venv/bin/ansible-playbook playbooks/facts.yml -i inventories/lab  (reports/topology/)")
     print("Remove the lab:   make lab-down\n")
 
 
