@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 export PATH=$PWD/.venv/bin:$PATH
 
 gates=("$@")
-((${#gates[@]})) || gates=(yamllint ruff ansible-lint argument-specs sanity unit integration molecule)
+((${#gates[@]})) || gates=(yamllint ruff ansible-lint argument-specs sanity unit aarch64 integration molecule)
 
 run_gate() {
   case $1 in
@@ -17,6 +17,7 @@ run_gate() {
     sanity) scripts/sanity.sh ;;
     unit) pytest -q tests/unit ;;
     integration) pytest -q -p no:cacheprovider tests/integration ;;
+    aarch64) pytest -q -p no:cacheprovider tests/aarch64 ;;
     molecule) molecule test --all ;;
     *) echo "unknown gate $1" >&2; return 2 ;;
   esac

@@ -10,7 +10,7 @@ import pytest
 def read_cpulist(text):
     cpus = []
     for part in text.strip().split(","):
-        low, _, high = part.partition("-")
+        low, _sep, high = part.partition("-")
         cpus.extend(range(int(low), int(high or low) + 1))
     return cpus
 
