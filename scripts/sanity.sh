@@ -8,7 +8,8 @@ dest=$work/ansible_collections/llmops/vllm
 
 cache=$HOME/.ansible/test/cache
 mkdir -p "$cache"
-for version in $(grep -ho "pip='[0-9.]*'" "$repo"/.venv/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | cut -d"'" -f2); do
+grep -ho "pip='[0-9.]*'" "$repo"/.venv/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py |
+  cut -d"'" -f2 | while read -r version; do
   cp "$repo/scripts/get_pip_offline.py" "$cache/get_pip_${version//./_}.py"
 done
 

