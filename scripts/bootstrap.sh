@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(ca-certificates git make python3 python3-venv podman runc debootstrap iptables qemu-user-static binfmt-support shellcheck)
+packages=(ca-certificates curl git make python3 python3-venv podman runc debootstrap iptables qemu-user-static binfmt-support shellcheck)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -5,7 +5,7 @@
 
 """Filters of the vllm_install role: the install plan and the flags of the installed vLLM.
 
-Documentation: vllm_install_plan.yml and vllm_serve_flags.yml next to this file.
+Documentation: vllm_install_plan.yml, vllm_serve_flags.yml and vllm_wheel_requirements.yml next to this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,14 +13,18 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmops.vllm.plugins.module_utils._install import InstallPlanError, install_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._install import (
+    InstallPlanError,
+    install_plan,
+    wheel_requirements,
+)
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import serve_flags
 
 
-def vllm_install_plan(settings, arch, gpu=None, probes=None, host=None):
+def vllm_install_plan(settings, arch, gpu=None, probes=None, host=None, numa=None):
     """How vLLM is installed on a host; see vllm_install_plan.yml."""
     try:
-        return install_plan(settings, arch, gpu, probes, host)
+        return install_plan(settings, arch, gpu, probes, host, numa)
     except InstallPlanError as e:
         raise AnsibleFilterError(str(e)) from e
 
@@ -30,6 +34,11 @@ def vllm_serve_flags(help_text):
     return serve_flags(help_text)
 
 
+def vllm_wheel_requirements(metadata, drop=None):
+    """Installable requirements of a built wheel; see vllm_wheel_requirements.yml."""
+    return wheel_requirements(metadata, drop or ())
+
+
 class FilterModule(object):
     """llmops.vllm install filters."""
 
@@ -37,4 +46,5 @@ class FilterModule(object):
         return {
             'vllm_install_plan': vllm_install_plan,
             'vllm_serve_flags': vllm_serve_flags,
+            'vllm_wheel_requirements': vllm_wheel_requirements,
         }

