@@ -8,7 +8,7 @@ export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap image wheelhouse lab lab-down test lint sanity unit molecule
+.PHONY: help bootstrap image wheelhouse model lab lab-down test lint sanity unit molecule
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -22,7 +22,10 @@ image: bootstrap ## Build the lab base image when its recipe changed
 wheelhouse: bootstrap ## Download the lab's vLLM CPU wheels when their recipe changed
 	@lab/wheelhouse/build.sh
 
-lab: image wheelhouse ## Bring up the lab and deploy site.yml into it
+model: wheelhouse ## Build the tiny offline test model
+	@lab/model/build.sh
+
+lab: image wheelhouse model ## Bring up the lab and deploy site.yml into it
 	python lab/lab.py up
 	ansible-playbook site.yml -i inventories/lab
 	@python lab/lab.py summary
@@ -30,7 +33,7 @@ lab: image wheelhouse ## Bring up the lab and deploy site.yml into it
 lab-down: bootstrap ## Remove the lab's containers and network
 	python lab/lab.py down
 
-test: image wheelhouse ## Run every test gate (lint, sanity, unit, molecule)
+test: image wheelhouse model ## Run every test gate (lint, sanity, unit, molecule)
 	@scripts/test.sh
 
 lint: bootstrap ## Only the lint gates
@@ -42,5 +45,5 @@ sanity: bootstrap ## Only ansible-test sanity
 unit: bootstrap ## Only the unit tests
 	@scripts/test.sh unit
 
-molecule: image wheelhouse ## Only the molecule scenarios
+molecule: image wheelhouse model ## Only the molecule scenarios
 	@scripts/test.sh molecule
