@@ -1,6 +1,6 @@
 """Bring the local lab up or down: one systemd container per host of inventories/lab.
 
-Usage: lab.py up|down|summary [--inventory DIR]
+Usage: lab.py up|down|summary [--inventory DIR] | lab.py ask [HOST] [PROMPT]
 The container settings come from the inventory's lab_* variables; podman must use
 lab/containers.conf (the Makefile exports CONTAINERS_CONF).
 """
@@ -113,18 +113,45 @@ def summary(hosts, hostvars):
             deployed.append("%s %s in %s" % (vllm["package"], vllm["version"], vllm["venv"]))
         groups = ",".join(record.get("groups", []))
         print("  %-12s %-14s %-16s %s" % (host, hostvars[host]["lab_ip"], groups, ", ".join(deployed) or "nothing yet"))
-    print("\nReach a host:     podman exec -it lab-node1 bash")
+    for host in hosts:
+        for instance in hostvars[host].get("vllm_instances") or []:
+            print("  %s: vLLM instance %s serves %s on 127.0.0.1:%s" % (
+                host, instance["name"], instance.get("served_model_name", instance["name"]), instance["port"]))
+    print("\nAsk the model:    lab/lab.py ask lab-node1 'Hello, lab'")
+    print("Reach a host:     podman exec -it lab-node1 bash")
     print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
     print("Topology report:  .venv/bin/ansible-playbook playbooks/facts.yml -i inventories/lab  (reports/topology/)")
     print("Remove the lab:   make lab-down\n")
 
 
+ASK = """import json, sys, urllib.request
+body = json.dumps({"model": sys.argv[2], "prompt": sys.argv[3], "max_tokens": 16}).encode()
+request = urllib.request.Request(sys.argv[1], data=body, headers={"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(request, timeout=60))["choices"][0]["text"])
+"""
+
+
+def ask(hosts, hostvars, host=None, prompt=None):
+    """A completion from the first vLLM instance of a lab host, from inside it (vLLM listens on loopback)."""
+    host = host or hosts[0]
+    instance = (hostvars[host].get("vllm_instances") or [None])[0]
+    if not instance:
+        sys.exit("%s runs no vLLM instance" % host)
+    url = "http://127.0.0.1:%s/v1/completions" % instance["port"]
+    model = instance.get("served_model_name", instance["name"])
+    sys.exit(podman("exec", host, "python3", "-c", ASK, url, model, prompt or "Hello, lab", check=False).returncode)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("up", "down", "summary"))
+    parser.add_argument("action", choices=("up", "down", "summary", "ask"))
+    parser.add_argument("host", nargs="?", help="ask: the lab host (default: the first)")
+    parser.add_argument("prompt", nargs="?", help="ask: the prompt")
     parser.add_argument("--inventory", default=os.path.join(REPO, "inventories", "lab"))
     args = parser.parse_args()
     hosts, hostvars = load_inventory(args.inventory)
+    if args.action == "ask":
+        ask(hosts, hostvars, args.host, args.prompt)
     {"up": up, "down": down, "summary": summary}[args.action](hosts, hostvars)
 
 

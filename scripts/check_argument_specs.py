@@ -1,7 +1,7 @@
 """Check that every role's meta/argument_specs.yml matches its defaults/main.yml.
 
 For each role: the same variable names on both sides (all entry points together), equal default values, a type and a
-description for every option, and the `<role>_` prefix on every public variable.
+description for every option, and the `<role>_` prefix on every public variable but the fleet-level ones.
 Exits non-zero and names each mismatch.
 """
 
@@ -11,6 +11,8 @@ import sys
 import yaml
 
 ROLES = pathlib.Path(__file__).resolve().parent.parent / "roles"
+# Fleet-level variables: set once in the inventory, read by a role and by playbooks (facts.yml draws them).
+FLEET_VARIABLES = {"vllm_instances", "vllm_reserved_cpus"}
 
 
 def load(path):
@@ -41,7 +43,7 @@ def check_role(role):
             continue
         errors.append("%s: %s is in meta/argument_specs.yml but not in defaults/main.yml" % (name, var))
     for var, spec in sorted(options.items()):
-        if not var.startswith(name + "_"):
+        if not var.startswith(name + "_") and var not in FLEET_VARIABLES:
             errors.append("%s: public variable %s lacks the prefix %s_" % (name, var, name))
         for key in ("type", "description"):
             if key not in spec:

@@ -1,0 +1,218 @@
+"""Verify vllm_server with a real vLLM CPU: pinning of every thread, completions, change handling.
+
+The tests run in file order: the last ones change the instances (restart one, kill a worker, remove one).
+"""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+INSTANCES = {"alpha": ("0", 8101, "tiny-alpha"), "beta": ("1", 8102, "tiny-beta")}
+
+
+def main_pid(host, name):
+    return int(host.check_output("systemctl show --property MainPID --value vllm-%s.service", name))
+
+
+def pids_of_unit(host, name):
+    """The instance's main process and its descendants: API server, engine core, workers."""
+    parents = {}
+    for line in host.check_output("ps -e -o pid= -o ppid=").splitlines():
+        pid, ppid = (int(x) for x in line.split())
+        parents.setdefault(ppid, []).append(pid)
+    pids, todo = [], [main_pid(host, name)]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(parents.get(pid, []))
+    return pids
+
+
+def completion(host, port, model, path="completions"):
+    if path == "completions":
+        body = {"model": model, "prompt": "hello world", "max_tokens": 8}
+    else:
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    # The lab image has no curl: Python's urllib does the request on the host.
+    script = ("import sys, urllib.request; r = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), "
+              "headers={'Content-Type': 'application/json'}); "
+              "print(urllib.request.urlopen(r, timeout=60).read().decode())")
+    url = "http://127.0.0.1:%d/v1/%s" % (port, path)
+    out = host.check_output("python3 -c %s %s %s", script, url, json.dumps(body))
+    return json.loads(out)
+
+
+def converge(instances=None, limit_changed=False):
+    """Run converge.yml again, optionally with other instances; returns its stdout."""
+    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+           os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "converge.yml")]
+    if instances is not None:
+        cmd += ["-e", json.dumps({"vllm_instances": instances})]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    return result.stdout
+
+
+def scenario_instances():
+    with open(os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "molecule.yml")) as f:
+        config = yaml.safe_load(os.path.expandvars(f.read()))
+    return copy.deepcopy(config["provisioner"]["inventory"]["group_vars"]["vllm_nodes"]["vllm_instances"])
+
+
+def test_units_run_as_the_service_user_on_loopback(host):
+    for name, (_cpus, port, _model) in INSTANCES.items():
+        unit = host.service("vllm-%s" % name)
+        assert unit.is_running and unit.is_enabled
+        assert host.check_output("ps -o user= -p %s", str(main_pid(host, name))).strip() == "vllm"
+        assert host.socket("tcp://127.0.0.1:%d" % port).is_listening
+        assert not host.socket("tcp://0.0.0.0:%d" % port).is_listening
+
+
+def test_every_thread_is_pinned_to_its_planned_cpu(host):
+    for name, (cpus, _port, _model) in INSTANCES.items():
+        pids = pids_of_unit(host, name)
+        assert len(pids) >= 2, pids  # API server and engine
+        threads = 0
+        for pid in pids:
+            # One line per thread: /proc/<pid>/task/<tid>/status:Cpus_allowed_list:\t<cpus>
+            out = host.check_output("grep -H Cpus_allowed_list /proc/%s/task/*/status", str(pid))
+            for line in out.splitlines():
+                threads += 1
+                assert line.split()[-1] == cpus, (name, line)
+        assert threads > len(pids)
+
+
+def test_units_carry_the_plan(host):
+    unit = host.file("/etc/systemd/system/vllm-alpha.service").content_string
+    assert "CPUAffinity=0\n" in unit and "NUMAPolicy" not in unit  # one NUMA node: nothing to bind
+    assert 'Environment="VLLM_CPU_OMP_THREADS_BIND=0"' in unit and 'Environment="HF_HUB_OFFLINE=1"' in unit
+    assert "--host 127.0.0.1 --port 8101" in unit and "--max-num-seqs 8" in unit
+    assert "--shutdown-timeout 30" in unit and "TimeoutStopSec=60" in unit and "Restart=always" in unit
+    assert "ProtectSystem=strict" in unit and "NoNewPrivileges=true" in unit
+
+
+def test_completions_and_chat_from_each_instance(host):
+    for _name, (_cpus, port, model) in INSTANCES.items():
+        text = completion(host, port, model)
+        assert text["model"] == model and text["choices"][0]["text"]
+        chat = completion(host, port, model, "chat/completions")
+        assert chat["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_second_converge_restarts_nothing(host):
+    before = {name: main_pid(host, name) for name in INSTANCES}
+    out = converge()
+    changed = re.findall(r"^TASK \[([^\]]+)\][^\n]*\n(?:[^\n]*\n)*?changed:", out, re.M)
+    assert re.search(r"^instance\s+: ok=\d+\s+changed=0\s", out, re.M), changed
+    assert {name: main_pid(host, name) for name in INSTANCES} == before
+
+
+def test_changing_alpha_restarts_alpha_only(host):
+    before = {name: main_pid(host, name) for name in INSTANCES}
+    instances = scenario_instances()
+    instances[0]["max_num_seqs"] = 4
+    converge(instances)
+    assert main_pid(host, "beta") == before["beta"]
+    assert main_pid(host, "alpha") != before["alpha"]
+    assert "--max-num-seqs 4" in host.file("/etc/systemd/system/vllm-alpha.service").content_string
+    assert completion(host, 8101, "tiny-alpha")["choices"]
+
+
+def test_a_killed_worker_comes_back(host):
+    instances = scenario_instances()
+    instances[0]["max_num_seqs"] = 4
+    old_main = main_pid(host, "alpha")
+    workers = [p for p in pids_of_unit(host, "alpha") if p != old_main]
+    assert workers
+    assert host.run("kill -9 " + " ".join(str(p) for p in workers)).rc == 0
+    # The role's readiness check waits for a real completion again.
+    converge(instances)
+    assert main_pid(host, "alpha") != old_main
+    assert completion(host, 8101, "tiny-alpha")["choices"]
+
+
+def test_removing_beta_removes_its_unit(host):
+    instances = scenario_instances()
+    instances[0]["max_num_seqs"] = 4
+    converge(instances[:1])
+    assert not host.file("/etc/systemd/system/vllm-beta.service").exists
+    assert not host.service("vllm-beta").is_running
+    assert not host.socket("tcp://127.0.0.1:8102").is_listening
+    assert host.service("vllm-alpha").is_running
+
+
+GPU_INSTANCES = [
+    {"name": "gpu-llama70b", "model": "/models/llama-70b-w8a16", "port": 8201, "tensor_parallel_size": 2,
+     "pipeline_parallel_size": 2, "precision": {"weight": "int8", "activation": "fp16"}, "max_model_len": 8192,
+     "max_num_seqs": 64, "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9},
+    {"name": "gpu-llama8b", "model": "/models/llama-70b-w8a16", "port": 8202, "tensor_parallel_size": 4,
+     "dtype": "bfloat16", "max_num_seqs": 128},
+]
+
+
+def kunpeng_facts(tmp_path):
+    """gpu and numa facts of the recorded Kunpeng 920 + 8 x A100 topology, from the real collectors."""
+    sys.path.insert(0, os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "collections"))
+    from ansible_collections.llmops.vllm.plugins.module_utils._gpu import collect_gpu
+    from ansible_collections.llmops.vllm.plugins.module_utils._numa import collect_numa
+    from ansible_collections.llmops.vllm.plugins.module_utils._placement import vllm_placement
+    from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
+        KUNPENG920_8xA100, fake_nvml, write_sysfs)
+
+    root = write_sysfs(tmp_path / "sysfs", KUNPENG920_8xA100)
+    gpu, numa = collect_gpu(fake_nvml(KUNPENG920_8xA100)), collect_numa(root)
+    return gpu, numa, vllm_placement(GPU_INSTANCES, gpu, numa)
+
+
+def test_gpu_units_render_from_recorded_kunpeng_facts(host, tmp_path):
+    """The only fake is the facts: the role renders real units for 8 GPUs on this host, never starts them."""
+    gpu, numa, placements = kunpeng_facts(tmp_path)
+    installed = json.loads(host.file("/etc/ansible/facts.d/vllm.fact").content_string)
+    facts = {"gpu": gpu, "numa": numa, "ansible_local": {"vllm": dict(installed, device="cuda", package="vllm")}}
+    fixture = tmp_path / "facts.json"
+    fixture.write_text(json.dumps(facts))
+    config = {"max_position_embeddings": 8192, "quantization_config": {"quant_method": "gptq", "bits": 8}}
+    host.run("mkdir -p /models/llama-70b-w8a16 && echo %s > /models/llama-70b-w8a16/config.json",
+             json.dumps(config))
+    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+           os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "render_gpu.yml"), "--skip-tags", "vllm_server_run",
+           "-e", json.dumps({"fixture_file": str(fixture), "gpu_instances": GPU_INSTANCES,
+                             "vllm_server_nccl_env": {"NCCL_IB_DISABLE": "1"}})]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+    try:
+        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+        paths = []
+        for instance, placement in zip(GPU_INSTANCES, placements):
+            path = "/etc/systemd/system/vllm-%s.service" % instance["name"]
+            paths.append(path)
+            unit = host.file(path).content_string
+            assert 'Environment="CUDA_VISIBLE_DEVICES=%s"' % placement["cuda_visible_devices"] in unit
+            assert placement["cuda_visible_devices"].count("GPU-") == len(placement["gpu_indices"])
+            assert 'Environment="CUDA_DEVICE_ORDER=PCI_BUS_ID"' in unit
+            assert 'Environment="NCCL_IB_DISABLE=1"' in unit and 'Environment="NCCL_SOCKET_IFNAME=' in unit
+            assert "CPUAffinity=%s\n" % placement["cpulist"] in unit
+            assert "NUMAPolicy=bind\nNUMAMask=%s\n" % ",".join(str(n) for n in placement["numa_nodes"]) in unit
+            assert "VLLM_CPU_OMP_THREADS_BIND" not in unit
+            exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
+            assert "--tensor-parallel-size %d" % instance["tensor_parallel_size"] in exec_start
+            assert "--max-num-seqs %d" % instance["max_num_seqs"] in exec_start
+            assert host.service("vllm-%s" % instance["name"]).is_running is False
+        first, second = (re.search(r"^ExecStart=(.*)$", host.file(p).content_string, re.M).group(1) for p in paths)
+        for flag in ("--pipeline-parallel-size 2", "--dtype float16", "--max-model-len 8192",
+                     "--max-num-batched-tokens 8192", "--gpu-memory-utilization 0.9"):
+            assert flag in first
+        assert "--quantization" not in first  # vLLM reads the GPTQ checkpoint's own config
+        assert "--dtype bfloat16" in second and "--pipeline-parallel-size" not in second
+        # Disjoint GPUs and CPUs, as placed.
+        assert not set(placements[0]["gpu_indices"]) & set(placements[1]["gpu_indices"])
+        assert not set(placements[0]["cpus"]) & set(placements[1]["cpus"])
+        assert host.run("systemd-analyze verify %s", " ".join(paths)).rc == 0
+    finally:
+        host.run("rm -f /etc/systemd/system/vllm-gpu-*.service && systemctl daemon-reload && rm -rf /models")

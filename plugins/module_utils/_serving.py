@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Note that this module util is **PRIVATE** to the collection. It can change without notice.
+# Do not use this from other collections or standalone plugins/modules!
+
+"""What each vLLM instance of a host runs: its systemd unit's command line, environment and pinning.
+
+serving_plan() is the one decision of the vllm_server role: it validates the instances, takes their
+placement from vllm_placement(), translates precision blocks to the installed vLLM's options and renders
+only flags that version has. The role renders and applies the result.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import json
+import re
+
+from collections.abc import Mapping
+
+from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
+
+_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
+# --quantization methods of vLLM that a site names in inventory; others are refused as typos.
+QUANTIZATIONS = ('awq', 'awq_marlin', 'bitsandbytes', 'compressed-tensors', 'experts_int8', 'fbgemm_fp8', 'fp8',
+                 'gguf', 'gptq', 'gptq_marlin', 'modelopt', 'mxfp4', 'torchao')
+# Precision blocks of the seed, as (weight, activation).
+_PRECISION_DTYPE = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
+_WEIGHT_PRECISIONS = ('int8', 'int4', 'fp8', 'fp16', 'bf16', 'fp32')
+FP8_MIN_CAPABILITY = (8, 9)
+_OFFLINE_ENV = {'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1'}
+_QUIET_ENV = {'VLLM_NO_USAGE_STATS': '1', 'DO_NOT_TRACK': '1'}
+_RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'VLLM_CPU_OMP_THREADS_BIND', 'VLLM_CACHE_ROOT',
+                 'TMPDIR', 'HOME')
+
+
+class ServingPlanError(ValueError):
+    """The instances cannot be served as asked; the message names host, instance, the problem and the fix."""
+
+
+def _fail(host, instance, what, fix):
+    raise ServingPlanError('host %s, instance %s: %s. Fix: %s' % (host or 'this host', instance, what, fix))
+
+
+def _int(host, name, item, key, minimum=1, required=False):
+    value = item.get(key)
+    if value is None or value == '':
+        if required:
+            _fail(host, name, '%s is missing' % key, 'set %s' % key)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(host, name, '%s must be an integer >= %d, got %r' % (key, minimum, value), 'correct %s' % key)
+    return value
+
+
+def _capabilities(gpu, indices):
+    caps = []
+    for device in (gpu or {}).get('devices') or []:
+        if device.get('index') in indices and device.get('compute_capability'):
+            caps.append(tuple(int(p) for p in str(device['compute_capability']).split('.')[:2]))
+    return caps
+
+
+def _precision(host, name, item, placement, gpu, model_config):
+    """(dtype, quantization) from dtype, quantization and the seed's precision block."""
+    dtype = item.get('dtype') or 'auto'
+    if dtype not in DTYPES:
+        _fail(host, name, 'dtype %r is not one of %s' % (dtype, ', '.join(DTYPES)), 'use one of them')
+    quantization = item.get('quantization') or None
+    precision = item.get('precision') or {}
+    if not isinstance(precision, Mapping):
+        _fail(host, name, 'precision must be a dict like {weight: int8, activation: fp16}', 'correct precision')
+    weight, activation = precision.get('weight'), precision.get('activation')
+    if weight is not None and weight not in _WEIGHT_PRECISIONS:
+        _fail(host, name, 'precision.weight %r is not one of %s' % (weight, ', '.join(_WEIGHT_PRECISIONS)),
+              'use one of them')
+    if activation is not None:
+        if activation not in _PRECISION_DTYPE and activation != 'fp8':
+            _fail(host, name, 'precision.activation %r is not one of fp32, fp16, bf16, fp8' % activation,
+                  'use one of them')
+        if activation in _PRECISION_DTYPE:
+            if dtype != 'auto' and dtype != _PRECISION_DTYPE[activation]:
+                _fail(host, name, 'dtype %s contradicts precision.activation %s' % (dtype, activation),
+                      'drop dtype or make it %s' % _PRECISION_DTYPE[activation])
+            dtype = _PRECISION_DTYPE[activation]
+    if weight in _PRECISION_DTYPE and activation in _PRECISION_DTYPE and weight != activation:
+        _fail(host, name, 'precision.weight %s with activation %s: vLLM computes in the weights\' dtype'
+              % (weight, activation), 'use the same floating-point precision for both, or a quantized checkpoint')
+    if weight in _PRECISION_DTYPE and activation is None:
+        dtype = _PRECISION_DTYPE[weight]
+    checkpoint = ((model_config or {}).get('quantization_config') or {})
+    if weight == 'fp8' or activation == 'fp8':
+        if quantization not in (None, 'fp8', 'fbgemm_fp8', 'compressed-tensors', 'modelopt'):
+            _fail(host, name, 'precision fp8 contradicts quantization %s' % quantization, 'drop quantization')
+        if placement['device'] != 'cuda':
+            _fail(host, name, 'fp8 needs an NVIDIA GPU of compute capability 8.9 or newer, and this is a cpu '
+                  'instance', 'use fp32 or bf16 on CPU')
+        caps = _capabilities(gpu, placement['gpu_indices'])
+        if not caps or min(caps) < FP8_MIN_CAPABILITY:
+            _fail(host, name, 'fp8 needs GPUs of compute capability 8.9 or newer (Ada, Hopper), and GPUs %s have %s'
+                  % (placement['gpu_indices'], ', '.join('%d.%d' % c for c in caps) or 'unknown'),
+                  'use precision {weight: fp16, activation: fp16} or bf16 on these GPUs, or place it on H100-class '
+                  'GPUs')
+        if quantization is None and not checkpoint:
+            quantization = 'fp8'
+    if weight in ('int8', 'int4'):
+        method = checkpoint.get('quant_method')
+        bits = checkpoint.get('bits') or checkpoint.get('weight_bits')
+        if not method:
+            _fail(host, name, 'precision.weight %s needs a quantized checkpoint, and the model\'s config.json has no '
+                  'quantization_config' % weight,
+                  'point model at a %s checkpoint (GPTQ, AWQ or compressed-tensors W8A16/W8A8), or use fp16 weights'
+                  % weight)
+        if bits and str(bits) != weight[3:]:
+            _fail(host, name, 'precision.weight %s but the checkpoint is quantized to %s bits (%s)'
+                  % (weight, bits, method), 'make precision.weight int%s' % bits)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        _fail(host, name, 'quantization %r is unknown' % quantization,
+              'use one of %s, or leave it empty to let vLLM read the checkpoint' % ', '.join(QUANTIZATIONS))
+    return dtype, quantization
+
+
+def _systemd_quote(word):
+    word = str(word)
+    if word and re.match(r'^[A-Za-z0-9_@%+=:,./-]+$', word):
+        return word
+    return '"%s"' % word.replace('\\', '\\\\').replace('"', '\\"').replace('%', '%%').replace('$', '$$')
+
+
+def _model_src(host, name, item, probes):
+    """The controller copy of a model: it must be a model directory with a config.json."""
+    if not item['model'].startswith('/'):
+        _fail(host, name, 'model_src is set, so model must be the absolute path it is copied to, not %r'
+              % item['model'], 'set model to a path such as /var/lib/vllm/models/%s' % name)
+    content = (probes.get('model_srcs') or {}).get(name)
+    if not content:
+        _fail(host, name, 'model_src %s has no config.json on the controller' % item['model_src'],
+              'point model_src at a model directory (config.json, tokenizer and weights)')
+    try:
+        return {'exists': True, 'config': json.loads(base64.b64decode(content).decode('utf-8'))}
+    except (ValueError, TypeError) as e:
+        _fail(host, name, 'the config.json of model_src %s is not JSON (%s)' % (item['model_src'], e),
+              'point model_src at a valid model directory')
+
+
+def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None):
+    """Return {'instances': [...], 'units': [names]} for the host, or raise ServingPlanError.
+
+    instances: vllm_instances. gpu, numa: facts of gpu_facts and numa_facts.
+    install: the vllm local fact of vllm_install (venv, serve_flags, device); before the first install, the
+    install plan's prediction with serve_flags None (every flag assumed).
+    probes: {'models': {instance name: {'exists': bool, 'config': the model's config.json or None}},
+    'model_srcs': {instance name: base64 of model_src/config.json on the controller, or ''}}.
+    settings: port_range [low, high], reserved_cpus, hub_access, cache_dir, default_shutdown_timeout,
+    nccl_socket_ifname, nccl_env.
+    """
+    settings, probes = dict(settings or {}), dict(probes or {})
+    label = host or 'this host'
+    if not isinstance(install, Mapping) or not install.get('venv'):
+        raise ServingPlanError('host %s: no installed vLLM is recorded (ansible_local.vllm). Fix: run the '
+                               'llmops.vllm.vllm_install role on this host first' % label)
+    # Before the first install (site.yml's preflight) the flags are not known yet: assume them.
+    flags = None if install.get('serve_flags') is None else set(install['serve_flags'])
+    try:
+        placements = vllm_placement(instances, gpu, numa, settings.get('reserved_cpus'), host=label)
+    except PlacementError as e:
+        raise ServingPlanError(str(e)) from e
+    low, high = (list(settings.get('port_range') or (8001, 8999)) + [None, None])[:2]
+    multi_node = len((numa or {}).get('nodes') or []) > 1
+    ports, plans = {}, []
+    for item, placement in zip(instances or [], placements):
+        name = placement['name']
+        if not _NAME.match(name):
+            _fail(label, name, 'the name must be lower-case letters, digits and dashes (at most 40), as it names the '
+                  'systemd unit', 'rename it, e.g. %s' % re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-'))
+        port = _int(label, name, item, 'port', required=True)
+        if not low <= port <= high:
+            _fail(label, name, 'port %d is outside the allowed range %d-%d' % (port, low, high),
+                  'pick a free port in %d-%d (vllm_server_port_range); the edge owns the service port' % (low, high))
+        if port in ports:
+            _fail(label, name, 'port %d is already used by instance %s' % (port, ports[port]),
+                  'give every instance of a host its own port')
+        ports[port] = name
+        model = item.get('model')
+        if not model or not isinstance(model, str):
+            _fail(label, name, 'model is missing', 'set model to a local path (or a hub id where the hub is reachable)')
+        local = model.startswith('/')
+        if not local and not settings.get('hub_access'):
+            _fail(label, name, 'model %r is a hub id, and this host may not reach the hub (vllm_server_hub_access is '
+                  'false)' % model, 'pre-stage the model and set model to its path, or set model_src to a directory '
+                  'on the controller to copy; or set vllm_server_hub_access: true')
+        found = (probes.get('models') or {}).get(name) or {}
+        if item.get('model_src'):
+            found = _model_src(label, name, item, probes)
+        elif local and not found.get('exists'):
+            _fail(label, name, 'the model path %s does not exist on the host' % model,
+                  'stage the model there, or set model_src to a directory on the controller to copy to it')
+        config = found.get('config') or {}
+        context = config.get('max_position_embeddings')
+        max_model_len = _int(label, name, item, 'max_model_len')
+        if max_model_len and context and max_model_len > context:
+            _fail(label, name, 'max_model_len %d is above the model\'s context of %d tokens (max_position_embeddings)'
+                  % (max_model_len, context), 'set max_model_len to %d or less' % context)
+        if placement['device'] == 'cuda' and install.get('device') == 'cpu':
+            _fail(label, name, 'device cuda, but the installed vLLM (%s) is a CPU build' % install.get('package'),
+                  'install vLLM for cuda on this host (vllm_install_device: cuda), or set device: cpu')
+        dtype, quantization = _precision(label, name, item, placement, gpu, config)
+        env = dict(item.get('env') or {})
+        clash = sorted(set(env) & set(_RESERVED_ENV))
+        if clash:
+            _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),
+                  'drop them from env; pin with cpus/gpus instead')
+        plans.append(_instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
+                                    max_model_len, port, local, label))
+    return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans]}
+
+
+def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
+                   local, label):
+    name = placement['name']
+    served = item.get('served_model_name') or name
+    cache_dir = '%s/%s' % (settings.get('cache_dir') or '/var/cache/vllm/instances', name)
+    argv = ['%s/bin/vllm' % install['venv'], 'serve', item['model'], '--host', '127.0.0.1', '--port', str(port),
+            '--served-model-name', served, '--dtype', dtype]
+    if placement['tensor_parallel_size'] > 1:
+        argv += ['--tensor-parallel-size', str(placement['tensor_parallel_size'])]
+    if placement['pipeline_parallel_size'] > 1:
+        argv += ['--pipeline-parallel-size', str(placement['pipeline_parallel_size'])]
+    for key in ('max_num_seqs', 'max_num_batched_tokens'):
+        value = _int(label, name, item, key)
+        if value:
+            argv += ['--%s' % key.replace('_', '-'), str(value)]
+    if max_model_len:
+        argv += ['--max-model-len', str(max_model_len)]
+    if quantization:
+        argv += ['--quantization', quantization]
+    # HOME too: under ProtectSystem=strict the cache directory is the only place the instance may write.
+    env = {'VLLM_CACHE_ROOT': cache_dir, 'TMPDIR': cache_dir + '/tmp', 'HOME': cache_dir}
+    env.update(_QUIET_ENV)
+    if local:
+        env.update(_OFFLINE_ENV)
+    if placement['device'] == 'cuda':
+        utilization = item.get('gpu_memory_utilization')
+        if utilization is not None:
+            if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+                _fail(label, name, 'gpu_memory_utilization must be in (0, 1], got %r' % (utilization,),
+                      'set it to a fraction such as 0.9')
+            argv += ['--gpu-memory-utilization', str(utilization)]
+        env['CUDA_VISIBLE_DEVICES'] = placement['cuda_visible_devices']
+        env['CUDA_DEVICE_ORDER'] = 'PCI_BUS_ID'
+        if settings.get('nccl_socket_ifname'):
+            env['NCCL_SOCKET_IFNAME'] = settings['nccl_socket_ifname']
+        env.update(dict((k, str(v)) for k, v in (settings.get('nccl_env') or {}).items()))
+    else:
+        env['VLLM_CPU_OMP_THREADS_BIND'] = placement['omp_threads_bind']
+    kv_bytes = _int(label, name, item, 'kv_cache_memory_bytes')
+    if kv_bytes:
+        if flags is None or '--kv-cache-memory-bytes' in flags:
+            argv += ['--kv-cache-memory-bytes', str(kv_bytes)]
+        elif placement['device'] == 'cpu':
+            env['VLLM_CPU_KVCACHE_SPACE'] = str(max(1, -(-kv_bytes // (1 << 30))))
+        else:
+            _fail(label, name, 'kv_cache_memory_bytes is set, and the installed vLLM %s has no --kv-cache-memory-bytes'
+                  % install.get('version'), 'use gpu_memory_utilization instead')
+    shutdown = _int(label, name, item, 'shutdown_timeout', minimum=0)
+    if shutdown is None:
+        shutdown = int(settings.get('default_shutdown_timeout') or 0)
+    if shutdown and (flags is None or '--shutdown-timeout' in flags):
+        argv += ['--shutdown-timeout', str(shutdown)]
+    else:
+        shutdown = 0
+    argv += [str(a) for a in item.get('extra_args') or []]
+    env.update(dict((k, str(v)) for k, v in (item.get('env') or {}).items()))
+    return {
+        'name': name,
+        'unit': 'vllm-%s.service' % name,
+        'port': port,
+        'served_model_name': served,
+        'model': item['model'],
+        'model_src': item.get('model_src') or None,
+        'device': placement['device'],
+        'argv': argv,
+        'exec_start': ' '.join(_systemd_quote(a) for a in argv),
+        'environment': dict(sorted(env.items())),
+        'cpu_affinity': placement['cpulist'],
+        'numa_mask': ','.join(str(n) for n in placement['numa_nodes']) if multi_node else None,
+        'cache_dir': cache_dir,
+        'timeout_stop_sec': shutdown + 30,
+        'placement': placement,
+    }

