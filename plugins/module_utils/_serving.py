@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
+from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
 
 _NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
 DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
@@ -62,7 +63,7 @@ def _capabilities(gpu, indices):
     caps = []
     for device in (gpu or {}).get('devices') or []:
         if device.get('index') in indices and device.get('compute_capability'):
-            caps.append(tuple(int(p) for p in str(device['compute_capability']).split('.')[:2]))
+            caps.append(version_tuple(device['compute_capability'])[:2])
     return caps
 
 
