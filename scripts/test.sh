@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test gate, in order from cheapest to dearest. Each runs even if an earlier one failed;
-# the last line says how many passed and failed.
+# each gate's output is kept in .cache/test-logs/, and the end of the output repeats what failed,
+# so that a short tail of a CI log still tells why. The last line says how many passed and failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export PATH=$PWD/.venv/bin:$PATH
@@ -23,12 +24,22 @@ run_gate() {
   esac
 }
 
+# The lines of a gate's log that say what failed: pytest's and Ansible's failure lines, without colour
+# or molecule's frame.
+failure_digest() {
+  sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^ *│ \{0,1\}//' "$1" |
+    grep -E '^(FAILED|ERROR) |^E  |fatal: \[|FAILED! =>|Executed: Failed|^[a-z_/]+\.py:[0-9]+: ' |
+    grep -v 'RETRYING' | tail -n 14 | cut -c 1-220
+}
+
+logs=.cache/test-logs
+mkdir -p "$logs"
 passed=() failed=()
 start=$SECONDS
 for gate in "${gates[@]}"; do
   echo "=== $gate"
   t0=$SECONDS
-  if run_gate "$gate"; then
+  if run_gate "$gate" 2>&1 | tee "$logs/$gate.log"; then
     passed+=("$gate")
     echo "=== $gate: passed in $((SECONDS - t0)) s"
   else
@@ -37,6 +48,12 @@ for gate in "${gates[@]}"; do
   fi
 done
 
+for gate in "${failed[@]}"; do
+  echo
+  echo "=== what failed in $gate (whole log: $logs/$gate.log)"
+  failure_digest "$logs/$gate.log"
+  df -h --output=avail,pcent / | tail -n 1 | awk '{print "disk: " $1 " free (" $2 " used)"}'
+done
 echo
 echo "passed gates: ${passed[*]:-none}"
 echo "failed gates: ${failed[*]:-none}"
