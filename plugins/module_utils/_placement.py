@@ -35,7 +35,8 @@ the slice size (CPUs per GPU); beyond the remainder and those slices it may take
 a warning) and must fit the node.
 
 CPUs of a cpu instance (one rank per tensor_parallel_size x pipeline_parallel_size; vLLM indexes
-VLLM_CPU_OMP_THREADS_BIND by global rank): never from a GPU slice. With cpus_per_instance (CPUs per rank),
+VLLM_CPU_OMP_THREADS_BIND by global rank): never from a GPU slice. Each rank's OpenMP threads get one CPU per
+physical core of its range, less the range's last core, which is left to vLLM's scheduler and API server. With cpus_per_instance (CPUs per rank),
 each rank gets that many CPUs of one NUMA node, a different node per rank while there is one, on the
 socket of the first rank when possible, lowest node first. Without it, each rank gets all free CPUs of its
 own node (largest free pool first); ranks outnumbering the nodes split a node evenly. Each rank's range
@@ -921,6 +922,21 @@ def _cpus_of(ranges):
     return set(cpu for part in ranges for cpu in part)
 
 
+def _omp_threads(host, ranges):
+    """VLLM_CPU_OMP_THREADS_BIND for the ranks' CPU ranges: one OpenMP thread per physical core (the core's
+    lowest CPU), and the last core of a rank with more than one left to vLLM's busy-polling scheduler and
+    the API server, as vLLM's own auto binding does. OpenMP threads on every CPU of the instance leave
+    those processes no CPU of their own (measured: 0.44x the throughput of bare vllm serve on 2 CPUs)."""
+    parts = []
+    for part in ranges:
+        cores = {}
+        for cpu in sorted(part):
+            cores.setdefault(host.core_of.get(cpu, cpu), []).append(cpu)
+        firsts = sorted(cpus[0] for cpus in cores.values())
+        parts.append(format_cpulist(firsts[:-1] if len(firsts) > 1 else firsts))
+    return "|".join(parts)
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -939,7 +955,7 @@ def _place(host, inst):
         ranges, cpu_warnings = _cpu_instance_cpus(host, inst)
         warnings.extend(cpu_warnings)
         cpus = sorted(cpu for part in ranges for cpu in part)
-        omp_threads_bind = "|".join(format_cpulist(part) for part in ranges)
+        omp_threads_bind = _omp_threads(host, ranges)
     nodes = sorted(set(host.cpu_node[cpu] for cpu in cpus if cpu in host.cpu_node))
     sockets = set(host.socket_of_node(node) for node in nodes) | set(host.gpus[i]["socket"] for i in gpus)
     uuids = [host.gpus[i]["uuid"] for i in gpus]

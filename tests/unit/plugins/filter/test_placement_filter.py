@@ -40,7 +40,7 @@ def test_filter_passes_facts_and_keyword_arguments(facts):
 def test_filter_defaults(facts):
     gpu, numa = facts(LAB_2CORE_CPU_ONLY)
     result = FILTERS["vllm_placement"]([{"name": "a", "device": "cpu"}], gpu, numa)
-    assert result[0]["cpulist"] == "0-1" and result[0]["omp_threads_bind"] == "0-1"
+    assert result[0]["cpulist"] == "0-1" and result[0]["omp_threads_bind"] == "0"
 
 
 def test_filter_turns_placement_errors_into_filter_errors(facts):
