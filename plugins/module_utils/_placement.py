@@ -35,12 +35,13 @@ the slice size (CPUs per GPU); beyond the remainder and those slices it may take
 a warning) and must fit the node.
 
 CPUs of a cpu instance (one rank per tensor_parallel_size x pipeline_parallel_size; vLLM indexes
-VLLM_CPU_OMP_THREADS_BIND by global rank): never from a GPU slice. Each rank's OpenMP threads get one CPU per
-physical core of its range, less the range's last core, which is left to vLLM's scheduler and API server. With cpus_per_instance (CPUs per rank),
+VLLM_CPU_OMP_THREADS_BIND by global rank): never from a GPU slice. With cpus_per_instance (CPUs per rank),
 each rank gets that many CPUs of one NUMA node, a different node per rank while there is one, on the
 socket of the first rank when possible, lowest node first. Without it, each rank gets all free CPUs of its
 own node (largest free pool first); ranks outnumbering the nodes split a node evenly. Each rank's range
-lies in one NUMA node, because vLLM binds a rank's memory to the node of its first CPU.
+lies in one NUMA node, because vLLM binds a rank's memory to the node of its first CPU. A rank's OpenMP
+threads get one CPU per physical core of its range, less the last core, left to vLLM's scheduler and API
+server.
 
 Explicit gpus/cpus are honoured after checks. Every refusal raises PlacementError with one message that
 names the host, the instance, what it asked for, what is free and a fix.
