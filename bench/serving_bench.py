@@ -220,7 +220,7 @@ def report(results, args):
           % (args.requests, args.rounds, args.concurrency))
     print("| condition | arm | req/s (median of rounds) | p50 ms | p99 ms | errors | idle arm's CPU (max) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    conditions = list(dict.fromkeys(c for c, _ in results))
+    conditions = list(dict.fromkeys(condition for condition, _arm in results))
     for condition in conditions:
         for name in ("bare", "pinned"):
             e = results[(condition, name)]
