@@ -71,7 +71,7 @@ threads = [threading.Thread(target=worker) for _ in range(concurrency)]
 print(json.dumps({"wall_s": time.perf_counter() - start, "latencies_ms": latencies, "errors": errors[0]}))
 """
 
-HOG = "import sys; sys.argv; x = 0\nwhile True: x += 1"
+HOG = "x = 0\nwhile True: x += 1"
 
 
 def run(*args, check=True, capture=True, **kwargs):
@@ -187,11 +187,12 @@ def measure_rounds(results, condition, args):
     for rnd in range(args.rounds):
         for name in ("pinned", "bare") if rnd % 2 == 0 else ("bare", "pinned"):
             other = arms["bare" if name == "pinned" else "pinned"]
-            idle_before = cpu_seconds(other, "SIGSTOP" if args.freeze_idle else "-")
+            freeze, thaw = ("SIGSTOP", "SIGCONT") if args.freeze_idle else ("-", "-")
+            idle_before = cpu_seconds(other, freeze)
             measure(arms[name], models[name], 8, args.concurrency)  # warm the connections
             t0 = time.perf_counter()
             result = measure(arms[name], models[name], args.requests, args.concurrency)
-            idle = (cpu_seconds(other, "SIGCONT") - idle_before) / (time.perf_counter() - t0)
+            idle = (cpu_seconds(other, thaw) - idle_before) / (time.perf_counter() - t0)
             entry = results.setdefault((condition, name), {"rps": [], "lat": [], "errors": 0, "idle": []})
             entry["rps"].append(len(result["latencies_ms"]) / result["wall_s"])
             entry["lat"] += result["latencies_ms"]
@@ -249,7 +250,7 @@ def main():
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--no-freeze-idle", dest="freeze_idle", action="store_false",
-                        help="leave the idle arm running (SIGSTOP) while the other is measured")
+                        help="do not stop the idle arm (SIGSTOP) while the other is measured")
     parser.add_argument("--no-whole-host", dest="whole_host", action="store_false",
                         help="skip the last condition: the instance on both CPUs, quiet")
     parser.add_argument("--keep", action="store_true", help="leave the container running for the next run")
@@ -259,8 +260,7 @@ def main():
     try:
         report(bench(args), args)
     finally:
-        hog_off = subprocess.run(["podman", "container", "exists", HOST], check=False).returncode == 0
-        if hog_off:
+        if run("podman", "container", "exists", HOST, check=False).returncode == 0:
             hog(False)
         if not args.keep:
             teardown()

@@ -28,7 +28,7 @@ run_gate() {
 # or molecule's frame.
 failure_digest() {
   sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^ *│ \{0,1\}//' "$1" |
-    grep -E '^(FAILED|ERROR) |^E  |fatal: \[|FAILED! =>|Executed: Failed|^[a-z_/]+\.py:[0-9]+: ' |
+    grep -E '^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed|^[a-z_/]+\.py:[0-9]+: |^ *--> ' |
     grep -v 'RETRYING' | tail -n 14 | cut -c 1-220
 }
 
