@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Filter of the pki role: the certificates the fleet CA issues to one holder.
+
+Documentation: pki_plan.yml next to this file.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError
+from ansible_collections.llmops.vllm.plugins.module_utils._pki import pki_plan as _pki_plan
+
+
+def pki_plan(settings, identity=None, host=None):
+    """Certificates of one holder; see pki_plan.yml."""
+    try:
+        return _pki_plan(settings, identity, host)
+    except PkiPlanError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
+class FilterModule(object):
+    """llmops.vllm pki filter."""
+
+    def filters(self):
+        return {
+            'pki_plan': pki_plan,
+        }

@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Note that this module util is **PRIVATE** to the collection. It can change without notice.
+# Do not use this from other collections or standalone plugins/modules!
+
+"""Which certificates the fleet CA issues, to whom, with which subject, SANs and usages.
+
+pki_plan() is the one decision of the pki role for a host: its server certificate (vLLM nodes, for the edge) and
+its client certificates (the LB health checker, Prometheus), or, for the controller, the application clients. The
+role creates keys where the certificate lives, signs on the controller, and renders nothing it did not get here.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import ipaddress
+import re
+
+from collections.abc import Mapping
+
+_NAME = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}$')
+_DNS = re.compile(r'^(?=.{1,253}$)(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}'
+                  r'[A-Za-z0-9])?)*$')
+_OU = re.compile(r'^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$')
+KEY_ALGORITHMS = {
+    'ecdsa-p256': {'type': 'ECC', 'curve': 'secp256r1'},
+    'ecdsa-p384': {'type': 'ECC', 'curve': 'secp384r1'},
+    'rsa-2048': {'type': 'RSA', 'size': 2048},
+    'rsa-3072': {'type': 'RSA', 'size': 3072},
+    'rsa-4096': {'type': 'RSA', 'size': 4096},
+}
+SERVER_OU = 'vllm-edge'
+APPLICATION_OU = 'applications'
+
+
+class PkiPlanError(ValueError):
+    """The certificates cannot be issued as asked; the message names the host, the problem and the fix."""
+
+
+def _fail(host, what, fix):
+    raise PkiPlanError('host %s: pki: %s. Fix: %s' % (host or 'this host', what, fix))
+
+
+def _positive_int(host, name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(host, '%s must be an integer >= %d, got %r' % (name, minimum, value), 'correct %s' % name)
+    return value
+
+
+def _ip(host, what, value):
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        _fail(host, '%s %r is not an IP address' % (what, value), 'use an IPv4 or IPv6 address such as 10.0.0.10')
+
+
+def _san(host, entry):
+    """A subject alternative name as 'DNS:name' or 'IP:address', checked."""
+    kind, sep, value = str(entry).partition(':')
+    if not sep or kind not in ('DNS', 'IP'):
+        _fail(host, 'pki_server_extra_sans entry %r is neither DNS:<name> nor IP:<address>' % (entry,),
+              'write it as DNS:llm.example.com or IP:10.0.0.100')
+    if kind == 'IP':
+        return 'IP:' + _ip(host, 'pki_server_extra_sans entry', value)
+    if not _DNS.match(value):
+        _fail(host, 'pki_server_extra_sans entry %r is not a DNS name' % (entry,), 'use a name such as llm.example.com')
+    return 'DNS:' + value
+
+
+def validity(settings, host=None):
+    """(validity days, renew-before days) of issued certificates, checked against each other."""
+    days = _positive_int(host, 'pki_certificate_validity_days', settings.get('validity_days'))
+    renew = _positive_int(host, 'pki_renew_before_days', settings.get('renew_before_days'))
+    if renew >= days:
+        _fail(host, 'pki_renew_before_days (%d) is not below pki_certificate_validity_days (%d), so every run would '
+              'renew every certificate' % (renew, days),
+              'make pki_renew_before_days smaller than pki_certificate_validity_days, e.g. 30 and 365')
+    return days, renew
+
+
+def key_algorithm(name, host=None):
+    """The openssl_privatekey options of a key algorithm name."""
+    if name not in KEY_ALGORITHMS:
+        _fail(host, 'pki_key_algorithm %r is not one of %s' % (name, ', '.join(sorted(KEY_ALGORITHMS))),
+              'use one of them (ecdsa-p256 is fast and widely supported)')
+    return dict(KEY_ALGORITHMS[name])
+
+
+def _client(host, item, default_ou, where):
+    if not isinstance(item, Mapping) or not item.get('name'):
+        _fail(host, '%s entry %r has no name' % (where, item), 'give every client a name, e.g. {name: prometheus}')
+    name = str(item['name'])
+    if not _NAME.match(name):
+        _fail(host, '%s entry %r: the name must be lower-case letters, digits, dots, dashes or underscores (at most '
+              '63), as it names the files and the certificate' % (where, name),
+              'rename it, e.g. %s' % (re.sub(r'[^a-z0-9._-]+', '-', name.lower()).strip('-._') or 'client'))
+    ou = str(item.get('ou') or default_ou or '')
+    if not ou:
+        _fail(host, '%s entry %s has no ou' % (where, name),
+              'say what the client is, e.g. {name: prometheus, ou: prometheus}')
+    if not _OU.match(ou):
+        _fail(host, '%s entry %s: ou %r has characters a certificate subject should not carry' % (where, name, ou),
+              'use letters, digits, spaces, dots, dashes or underscores')
+    return name, ou
+
+
+def _certificate(name, kind, common_name, ou, organization, directory, sans, owner=None, group=None):
+    return {
+        'name': name,
+        'kind': kind,
+        'common_name': common_name,
+        'organizational_unit': ou,
+        'organization': organization,
+        'subject_alt_name': sans,
+        # Node certificates also authenticate as clients: the edge checks itself with its own certificate.
+        'extended_key_usage': ['serverAuth', 'clientAuth'] if kind == 'server' else ['clientAuth'],
+        'key_path': '%s/%s.key' % (directory, name),
+        'certificate_path': '%s/%s.crt' % (directory, name),
+        'owner': owner,
+        'group': group,
+    }
+
+
+def pki_plan(settings, identity=None, host=None):
+    """Return the certificates of one holder, or raise PkiPlanError.
+
+    settings: validity_days, renew_before_days, key_algorithm, organization, directory (where the files go on the
+    holder), server (bool), extra_sans, service_vips, service_names, clients ([{name, ou, owner, group}]),
+    application (bool: the controller's application clients, common name = client name).
+    identity: the host's names and addresses, {'names': [...], 'addresses': [...]} (unused for applications).
+    """
+    settings, identity = dict(settings or {}), dict(identity or {})
+    days, renew = validity(settings, host)
+    key = key_algorithm(settings.get('key_algorithm') or 'ecdsa-p256', host)
+    organization = str(settings.get('organization') or 'llmops.vllm')
+    directory = str(settings.get('directory') or '').rstrip('/')
+    if not directory.startswith('/'):
+        _fail(host, 'the certificate directory %r is not an absolute path' % directory,
+              'set pki_host_dir (on the hosts) or pki_dir (on the controller) to an absolute path')
+    certificates = []
+    if settings.get('application'):
+        for item in settings.get('clients') or []:
+            name, ou = _client(host, item, APPLICATION_OU, 'pki_application_clients')
+            certificates.append(_certificate(name, 'client', name, ou, organization, directory, []))
+    else:
+        if settings.get('server'):
+            names, sans = [], []
+            for name in list(identity.get('names') or []) + list(settings.get('service_names') or []):
+                name = str(name or '').strip()
+                if name and _DNS.match(name) and 'DNS:' + name not in names:
+                    names.append('DNS:' + name)
+            for address in list(identity.get('addresses') or []) + list(settings.get('service_vips') or []):
+                address = 'IP:' + _ip(host, 'address', address)
+                if address not in sans and not address.startswith('IP:127.'):
+                    sans.append(address)
+            for entry in settings.get('extra_sans') or []:
+                entry = _san(host, entry)
+                if entry not in names + sans:
+                    (names if entry.startswith('DNS:') else sans).append(entry)
+            if not names and not sans:
+                _fail(host, 'the server certificate would have no name and no address', 'set pki_server_extra_sans')
+            certificates.append(_certificate('server', 'server', host, SERVER_OU, organization, directory,
+                                             names + sans, 'root', 'root'))
+        for item in settings.get('clients') or []:
+            name, ou = _client(host, item, None, 'pki_host_clients')
+            if name == 'server' or name == 'ca':
+                _fail(host, 'pki_host_clients entry %s clashes with the %s certificate\'s files' % (name, name),
+                      'rename the client')
+            certificates.append(_certificate(name, 'client', host, ou, organization, directory, [],
+                                             str(item.get('owner') or 'root'), str(item.get('group') or 'root')))
+    seen = set()
+    for cert in certificates:
+        if cert['name'] in seen:
+            _fail(host, 'two certificates are named %s' % cert['name'], 'give every client its own name')
+        seen.add(cert['name'])
+    return {
+        'certificates': certificates,
+        'not_after': '+%dd' % days,
+        'renew_within': '+%dd' % renew,
+        'key': key,
+    }

@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError, pki_plan
+
+BASE = {'validity_days': 365, 'renew_before_days': 30, 'key_algorithm': 'ecdsa-p256', 'organization': 'llmops.vllm',
+        'directory': '/etc/llmops-vllm/pki'}
+# A Kunpeng node of inventories/example: two interfaces, plus podman's bridge and loopback.
+NODE = {'names': ['gpu-node01', 'gpu-node01', 'gpu-node01.cluster.example'],
+        'addresses': ['10.20.1.11', '10.20.1.11', '192.168.100.11', '127.0.0.1']}
+
+
+def plan(identity=NODE, **settings):
+    return pki_plan(dict(BASE, **settings), identity, host='gpu-node01')
+
+
+def refused(*fragments, **settings):
+    with pytest.raises(PkiPlanError) as error:
+        plan(**settings)
+    message = str(error.value)
+    assert message.startswith('host gpu-node01: pki: ') and '. Fix: ' in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_a_vllm_node_gets_a_server_certificate_for_its_names_addresses_and_the_vips():
+    result = plan(server=True, service_vips=['10.20.0.100'], service_names=['llm.example.com'],
+                  extra_sans=['DNS:gpu-node01.mgmt', 'IP:10.30.0.11'])
+    [server] = result['certificates']
+    assert server == {
+        'name': 'server', 'kind': 'server', 'common_name': 'gpu-node01', 'organizational_unit': 'vllm-edge',
+        'organization': 'llmops.vllm',
+        'subject_alt_name': ['DNS:gpu-node01', 'DNS:gpu-node01.cluster.example', 'DNS:llm.example.com',
+                             'DNS:gpu-node01.mgmt', 'IP:10.20.1.11', 'IP:192.168.100.11', 'IP:10.20.0.100',
+                             'IP:10.30.0.11'],
+        'extended_key_usage': ['serverAuth', 'clientAuth'],
+        'key_path': '/etc/llmops-vllm/pki/server.key', 'certificate_path': '/etc/llmops-vllm/pki/server.crt',
+        'owner': 'root', 'group': 'root'}
+    assert result['not_after'] == '+365d' and result['renew_within'] == '+30d'
+    assert result['key'] == {'type': 'ECC', 'curve': 'secp256r1'}
+
+
+def test_a_director_gets_the_health_checkers_client_certificate():
+    result = plan(clients=[{'name': 'lb-health-checker', 'ou': 'lb-health-checker'}])
+    [client] = result['certificates']
+    assert (client['common_name'], client['organizational_unit'], client['kind']) == (
+        'gpu-node01', 'lb-health-checker', 'client')
+    assert client['extended_key_usage'] == ['clientAuth'] and client['subject_alt_name'] == []
+    assert client['key_path'] == '/etc/llmops-vllm/pki/lb-health-checker.key'
+
+
+def test_prometheus_key_belongs_to_prometheus():
+    [client] = plan(clients=[{'name': 'prometheus', 'ou': 'prometheus', 'owner': 'prometheus'}])['certificates']
+    assert (client['owner'], client['group']) == ('prometheus', 'root')
+
+
+def test_applications_are_named_by_their_cn_on_the_controller():
+    result = pki_plan(dict(BASE, directory='/srv/inventory/pki/clients', application=True,
+                           clients=[{'name': 'chat-frontend'}, {'name': 'batch', 'ou': 'data team'}]),
+                      host='localhost')
+    assert [(c['common_name'], c['organizational_unit']) for c in result['certificates']] == [
+        ('chat-frontend', 'applications'), ('batch', 'data team')]
+    assert result['certificates'][0]['certificate_path'] == '/srv/inventory/pki/clients/chat-frontend.crt'
+    assert result['certificates'][0]['owner'] is None
+
+
+@pytest.mark.parametrize('algorithm, key', [
+    ('ecdsa-p384', {'type': 'ECC', 'curve': 'secp384r1'}),
+    ('rsa-3072', {'type': 'RSA', 'size': 3072}),
+])
+def test_key_algorithms(algorithm, key):
+    assert plan(server=True, key_algorithm=algorithm)['key'] == key
+
+
+def test_a_host_without_certificates_gets_none():
+    assert plan()['certificates'] == []
+
+
+@pytest.mark.parametrize('settings, fragments', [
+    ({'renew_before_days': 365}, ['pki_renew_before_days (365) is not below pki_certificate_validity_days (365)',
+                                  'every run would renew']),
+    ({'validity_days': 0}, ['pki_certificate_validity_days must be an integer >= 1, got 0']),
+    ({'renew_before_days': True}, ['pki_renew_before_days must be an integer']),
+    ({'key_algorithm': 'dsa-1024'}, ["pki_key_algorithm 'dsa-1024' is not one of", 'ecdsa-p256']),
+    ({'directory': 'pki'}, ["the certificate directory 'pki' is not an absolute path", 'pki_host_dir']),
+    ({'server': True, 'extra_sans': ['llm.example.com']}, ["'llm.example.com' is neither DNS:<name> nor IP:"]),
+    ({'server': True, 'extra_sans': ['IP:10.0.0.300']}, ["'10.0.0.300' is not an IP address"]),
+    ({'server': True, 'extra_sans': ['DNS:bad_name!']}, ["'DNS:bad_name!' is not a DNS name"]),
+    ({'server': True, 'service_vips': ['vip']}, ["address 'vip' is not an IP address"]),
+    ({'clients': [{'name': 'Prometheus Server', 'ou': 'prometheus'}]},
+     ["'Prometheus Server': the name must be lower-case", 'e.g. prometheus-server']),
+    ({'clients': [{'name': 'prometheus'}]}, ['pki_host_clients entry prometheus has no ou']),
+    ({'clients': [{'ou': 'prometheus'}]}, ['has no name']),
+    ({'clients': [{'name': 'server', 'ou': 'x'}]}, ["clashes with the server certificate's files"]),
+    ({'clients': [{'name': 'a', 'ou': 'x'}, {'name': 'a', 'ou': 'y'}]}, ['two certificates are named a']),
+    ({'clients': [{'name': 'a', 'ou': 'x"y'}]}, ["ou 'x\"y' has characters"]),
+])
+def test_refusals_name_the_host_the_problem_and_the_fix(settings, fragments):
+    refused(*fragments, **settings)
+
+
+def test_a_server_certificate_needs_a_name_or_an_address():
+    with pytest.raises(PkiPlanError, match='would have no name and no address'):
+        plan(identity={'names': [''], 'addresses': ['127.0.0.1']}, server=True)
