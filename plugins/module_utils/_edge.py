@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Note that this module util is **PRIVATE** to the collection. It can change without notice.
+# Do not use this from other collections or standalone plugins/modules!
+
+"""What the TLS edge of a vLLM node serves: listeners, routes to the local instances, API keys, rate limits.
+
+edge_plan() is the one decision of the edge role. It groups the host's instances by served model name (one
+upstream per model, one per instance for path routes), hashes the API keys (the rendered config never holds a
+key) and turns rate limits into nginx zones. The role renders the result into nginx.conf.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import ipaddress
+import json
+import re
+
+from collections.abc import Mapping
+
+from ansible_collections.llmops.vllm.plugins.module_utils._cpulist import format_cpulist, parse_cpulist
+
+_INSTANCE = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+# Served model names go into nginx and Lua strings: no quotes, spaces, braces or '$'.
+_MODEL = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$')
+_CLIENT = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$')
+_RATE = re.compile(r'^[1-9][0-9]{0,6}r/[sm]$')
+MIN_API_KEY_LENGTH = 32
+
+
+class EdgePlanError(ValueError):
+    """The edge cannot be configured as asked; the message names the host, the problem and the fix."""
+
+
+def _fail(host, what, fix, instance=None):
+    where = 'host %s, instance %s' % (host or 'this host', instance) if instance else 'host %s' % (host or 'this host')
+    raise EdgePlanError('%s: edge: %s. Fix: %s' % (where, what, fix))
+
+
+def _address(host, what, value):
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        _fail(host, '%s %r is not an IP address' % (what, value), 'use an address such as 10.0.0.10')
+
+
+def _rate(host, where, item):
+    if not isinstance(item, Mapping):
+        _fail(host, '%s must be a dict like {rate: 10r/s, burst: 20}, got %r' % (where, item), 'correct %s' % where)
+    rate = str(item.get('rate') or '')
+    if not _RATE.match(rate):
+        _fail(host, '%s: rate %r is not a request rate' % (where, rate), 'write it as N r/s or r/m, e.g. 10r/s')
+    burst = item.get('burst', 0)
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+        _fail(host, '%s: burst must be an integer >= 0, got %r' % (where, burst), 'correct burst')
+    return rate, burst
+
+
+def _api_keys(host, keys):
+    names, digests, result = set(), set(), []
+    for index, item in enumerate(keys or []):
+        if not isinstance(item, Mapping) or not item.get('name'):
+            _fail(host, 'edge_api_keys entry %d has no name' % (index + 1),
+                  'give every key a name, e.g. {name: chat-frontend, key: "{{ vault_chat_frontend_key }}"}')
+        name = str(item['name'])
+        if not _CLIENT.match(name):
+            _fail(host, 'edge_api_keys entry %r: the name must be letters, digits, dots, dashes, underscores or @'
+                  % name, 'rename it')
+        if name in names:
+            _fail(host, 'two API keys are named %s' % name, 'give every key its own name')
+        key = item.get('key')
+        # Never print the key itself, not even in an error.
+        if not isinstance(key, str) or len(key) < MIN_API_KEY_LENGTH or key != key.strip() or ' ' in key:
+            _fail(host, 'the API key %s is missing, shorter than %d characters or has spaces'
+                  % (name, MIN_API_KEY_LENGTH),
+                  'store a random key of at least %d characters in the vault, e.g. from `openssl rand -hex 32`'
+                  % MIN_API_KEY_LENGTH)
+        digest = hashlib.sha256(key.encode('utf-8')).hexdigest()
+        if digest in digests:
+            _fail(host, 'the API key %s is the same as another key' % name, 'give every client its own key')
+        names.add(name)
+        digests.add(digest)
+        result.append({'name': name, 'sha256': digest})
+    return result
+
+
+def edge_plan(instances, settings=None, host=None):
+    """Return the edge of one host, or raise EdgePlanError.
+
+    instances: vllm_instances (name, port, served_model_name). settings: port, listen_addresses, default_address
+    (the host's default IPv4, used when listen_addresses is empty), vips, api_keys [{name, key}], rate_limit
+    {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty).
+    """
+    settings = dict(settings or {})
+    port = settings.get('port')
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        _fail(host, 'edge_port must be a TCP port, got %r' % (port,), 'set edge_port, e.g. 8000')
+    if not instances:
+        _fail(host, 'the host has no vLLM instance to route to',
+              'define vllm_instances for this host, or remove it from vllm_nodes')
+    routes, models, model_order = [], {}, []
+    for item in instances:
+        name = str(item.get('name') or '')
+        if not _INSTANCE.match(name):
+            _fail(host, 'the instance name %r is not valid' % name, 'see vllm_server: lower-case letters, digits, '
+                  'dashes', instance=name or '?')
+        instance_port = item.get('port')
+        if instance_port == port:
+            _fail(host, 'port %d is the edge\'s service port (edge_port)' % port,
+                  'give the instance a port in vllm_server_port_range, or change edge_port', instance=name)
+        model = str(item.get('served_model_name') or name)
+        if not _MODEL.match(model):
+            _fail(host, 'served_model_name %r has characters the edge cannot route safely' % model,
+                  'use letters, digits and . _ : / @ + - (at most 128), e.g. meta-llama/Llama-3.1-8B', instance=name)
+        if model not in models:
+            models[model] = {'name': model, 'upstream': 'model_%d' % len(model_order), 'instances': []}
+            model_order.append(model)
+        models[model]['instances'].append(name)
+        routes.append({'name': name, 'port': instance_port, 'model': model, 'upstream': 'instance_%s' % name,
+                       'address': '127.0.0.1:%d' % instance_port})
+    vips = [_address(host, 'vllm_service_vips entry', v) for v in settings.get('vips') or []]
+    addresses = [_address(host, 'edge_listen_addresses entry', a) for a in settings.get('listen_addresses') or []]
+    if not addresses:
+        if not settings.get('default_address'):
+            _fail(host, 'no address to listen on: edge_listen_addresses is empty and the host has no default IPv4',
+                  'set edge_listen_addresses to the node\'s service address')
+        addresses = [_address(host, 'default address', settings['default_address'])]
+    listen = []
+    for address in addresses + vips:
+        if address not in listen:
+            listen.append(address)
+    api_keys = _api_keys(host, settings.get('api_keys'))
+    default_limit = None
+    if settings.get('rate_limit'):
+        rate, burst = _rate(host, 'edge_rate_limit', settings['rate_limit'])
+        default_limit = {'zone': 'clients', 'rate': rate, 'burst': burst}
+    client_limits, clients = [], set()
+    for index, item in enumerate(settings.get('client_rate_limits') or []):
+        client = str((item or {}).get('client') or '')
+        if not _CLIENT.match(client):
+            _fail(host, 'edge_client_rate_limits entry %d: client %r is not a certificate common name'
+                  % (index + 1, client), 'set client to the CN of the client certificate, e.g. chat-frontend')
+        if client in clients:
+            _fail(host, 'edge_client_rate_limits lists %s twice' % client, 'keep one entry per client')
+        clients.add(client)
+        rate, burst = _rate(host, 'edge_client_rate_limits entry %s' % client, item)
+        client_limits.append({'zone': 'client_%d' % index, 'client': client, 'rate': rate, 'burst': burst,
+                              # matches the CN in nginx's RFC 2253 $ssl_client_s_dn, e.g. CN=a,OU=b,O=c
+                              'subject_regex': '(^|,)CN=%s(,|$)' % re.escape(client)})
+    try:
+        cpus = parse_cpulist(str(settings.get('cpus') or ''))
+    except ValueError as e:
+        _fail(host, 'the edge CPUs %r are not a cpulist (%s)' % (settings.get('cpus'), e),
+              'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
+    default_model = model_order[0] if len(model_order) == 1 else None
+    lua = {
+        'models': dict((m, models[m]['upstream']) for m in model_order),
+        'model_names': model_order,
+        'default_model': default_model,
+        'instances': dict((r['name'], {'upstream': r['upstream'], 'model': r['model']}) for r in routes),
+        'api_keys': dict((k['sha256'], k['name']) for k in api_keys),
+    }
+    return {
+        'port': port,
+        'listen': listen,
+        'vips': vips,
+        'nonlocal_bind': bool(vips),
+        'instances': routes,
+        'models': [models[m] for m in model_order],
+        'default_model': default_model,
+        'api_keys': api_keys,
+        'rate_limit': default_limit,
+        'client_rate_limits': client_limits,
+        'cpu_affinity': format_cpulist(cpus),
+        'worker_processes': len(cpus) if cpus else 'auto',
+        'lua_config': json.dumps(lua, sort_keys=True),
+    }
