@@ -1,0 +1,166 @@
+-- llmops.vllm edge: API keys, routing by model or path, and token accounting for the audit log.
+-- The routing table comes from nginx.conf (init_by_lua_block), rendered from the edge_plan filter.
+local cjson = require "cjson.safe"
+local ffi = require "ffi"
+
+ffi.cdef [[unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);]]
+
+local _M = {}
+local conf = { models = {}, model_names = {}, instances = {}, api_keys = {} }
+local digest_buf = ffi.new("unsigned char[32]")
+local TAIL = 4096
+
+function _M.configure(json)
+  local parsed, err = cjson.decode(json)
+  if not parsed then
+    error("llmops edge: bad routing table: " .. tostring(err))
+  end
+  conf = parsed
+  if conf.default_model == cjson.null then
+    conf.default_model = nil
+  end
+end
+
+local function sha256_hex(text)
+  ffi.C.SHA256(text, #text, digest_buf)
+  local hex = {}
+  for i = 0, 31 do
+    hex[i + 1] = string.format("%02x", digest_buf[i])
+  end
+  return table.concat(hex)
+end
+
+-- An OpenAI-style error; the request goes no further.
+local function reject(status, message, kind, extra_headers)
+  ngx.status = status
+  ngx.header["Content-Type"] = "application/json"
+  for name, value in pairs(extra_headers or {}) do
+    ngx.header[name] = value
+  end
+  ngx.say(cjson.encode({ error = { message = message, type = kind, code = status } }))
+  return ngx.exit(status)
+end
+
+-- Bearer API key, when keys are configured; the key's name goes to the audit log, never the key.
+local function authorize()
+  if next(conf.api_keys) == nil then
+    return
+  end
+  local header = ngx.var.http_authorization or ""
+  local key = header:match("^[Bb]earer%s+(%S+)%s*$")
+  local name = key and conf.api_keys[sha256_hex(key)]
+  if not name then
+    return reject(401, "missing or invalid API key", "authentication_error",
+      { ["WWW-Authenticate"] = 'Bearer realm="llmops.vllm"' })
+  end
+  ngx.var.edge_api_key = name
+end
+
+local function body_model()
+  ngx.req.read_body()
+  local body = ngx.req.get_body_data()
+  if not body then
+    local file = ngx.req.get_body_file()
+    if file then
+      local handle = io.open(file, "rb")
+      if handle then
+        body = handle:read("*a")
+        handle:close()
+      end
+    end
+  end
+  if not body or body == "" then
+    return nil
+  end
+  local request = cjson.decode(body)
+  if type(request) ~= "table" then
+    return reject(400, "the request body is not a JSON object", "invalid_request_error")
+  end
+  local model = request.model
+  if model ~= nil and type(model) ~= "string" then
+    return reject(400, "model must be a string", "invalid_request_error")
+  end
+  return model
+end
+
+-- Model API: the body's "model" picks the upstream; without one, the node's only model.
+function _M.route()
+  authorize()
+  local model = body_model() or conf.default_model
+  if not model then
+    return reject(400, "the request names no model, and this node serves several: "
+      .. table.concat(conf.model_names, ", "), "invalid_request_error")
+  end
+  local upstream = conf.models[model]
+  if not upstream then
+    -- The client's string is not logged or echoed: it could be anything.
+    return reject(404, "this node does not serve the requested model; it serves: "
+      .. table.concat(conf.model_names, ", "), "not_found_error")
+  end
+  ngx.var.edge_model = model
+  ngx.var.edge_upstream = upstream
+end
+
+local INSTANCE_PATHS = {
+  ["/tokenize"] = true, ["/detokenize"] = true, ["/version"] = true, ["/pooling"] = true,
+  ["/classify"] = true, ["/score"] = true, ["/rerank"] = true,
+}
+
+-- /instances/<name>/<path>: one instance; its /metrics and /health need no API key (mTLS only).
+function _M.route_instance()
+  local instance = conf.instances[ngx.var.edge_instance_name]
+  if not instance then
+    return reject(404, "no such instance on this node", "not_found_error")
+  end
+  local rest = ngx.var.edge_instance_path
+  if rest ~= "/metrics" and rest ~= "/health" then
+    if not (rest:sub(1, 4) == "/v1/" or INSTANCE_PATHS[rest]) then
+      return reject(404, "the edge does not expose this path", "not_found_error")
+    end
+    authorize()
+  end
+  ngx.var.edge_model = instance.model
+  ngx.var.edge_upstream = instance.upstream
+end
+
+-- GET /v1/models: the node's catalogue.
+function _M.models()
+  authorize()
+  local data = {}
+  for _, name in ipairs(conf.model_names) do
+    data[#data + 1] = { id = name, object = "model", owned_by = "llmops.vllm" }
+  end
+  ngx.header["Content-Type"] = "application/json"
+  ngx.say(cjson.encode({ object = "list", data = data }))
+end
+
+-- Body filter: keep the response's tail; at its end, read vLLM's usage (the last one, for streams).
+function _M.account()
+  local chunk, eof = ngx.arg[1], ngx.arg[2]
+  local ctx = ngx.ctx
+  if chunk ~= "" then
+    local tail = (ctx.edge_tail or "") .. chunk
+    if #tail > TAIL then
+      tail = tail:sub(-TAIL)
+    end
+    ctx.edge_tail = tail
+  end
+  if eof and ctx.edge_tail then
+    local prompt, completion
+    for p in ctx.edge_tail:gmatch('"prompt_tokens"%s*:%s*(%d+)') do
+      prompt = p
+    end
+    for c in ctx.edge_tail:gmatch('"completion_tokens"%s*:%s*(%d+)') do
+      completion = c
+    end
+    if prompt then
+      ngx.var.edge_prompt_tokens = prompt
+    end
+    if completion then
+      ngx.var.edge_completion_tokens = completion
+    end
+    ctx.edge_tail = nil
+  end
+end
+
+return _M
