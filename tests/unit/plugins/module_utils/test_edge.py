@@ -25,11 +25,11 @@ NODE = [
 ]
 
 
-def plan(instances=LAB, **settings):
-    return edge_plan(instances, dict(SETTINGS, **settings), host='gpu-node01')
+def plan(instances=None, **settings):
+    return edge_plan(LAB if instances is None else instances, dict(SETTINGS, **settings), host='gpu-node01')
 
 
-def refused(instances=LAB, *fragments, **settings):
+def refused(instances, *fragments, **settings):
     with pytest.raises(EdgePlanError) as error:
         plan(instances, **settings)
     message = str(error.value)

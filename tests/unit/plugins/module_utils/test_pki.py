@@ -16,8 +16,8 @@ NODE = {'names': ['gpu-node01', 'gpu-node01', 'gpu-node01.cluster.example'],
         'addresses': ['10.20.1.11', '10.20.1.11', '192.168.100.11', '127.0.0.1']}
 
 
-def plan(identity=NODE, **settings):
-    return pki_plan(dict(BASE, **settings), identity, host='gpu-node01')
+def plan(identity=None, **settings):
+    return pki_plan(dict(BASE, **settings), NODE if identity is None else identity, host='gpu-node01')
 
 
 def refused(*fragments, **settings):
