@@ -103,7 +103,7 @@ def local_fact(host, name):
     return json.loads(fact.stdout) if fact.returncode == 0 else {}
 
 
-def summary(hosts, hostvars):
+def summary(hosts, hostvars, inventory=None):
     print("\nThe lab is up (containers on this machine, podman network %s):\n" % hostvars[hosts[0]]["lab_network"])
     print("  %-12s %-14s %-16s %s" % ("host", "address", "groups", "deployed"))
     for host in hosts:
@@ -117,11 +117,40 @@ def summary(hosts, hostvars):
         for instance in hostvars[host].get("vllm_instances") or []:
             print("  %s: vLLM instance %s serves %s on 127.0.0.1:%s" % (
                 host, instance["name"], instance.get("served_model_name", instance["name"]), instance["port"]))
-    print("\nAsk the model:    lab/lab.py ask lab-node1 'Hello, lab'")
+    for line in edge_commands(hosts, hostvars, inventory):
+        print(line)
+    print("\nAsk the model:    lab/lab.py ask lab-node1 'Hello, lab'  (inside the node, without the edge)")
     print("Reach a host:     podman exec -it lab-node1 bash")
     print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
     print("Topology report:  .venv/bin/ansible-playbook playbooks/facts.yml -i inventories/lab  (reports/topology/)")
     print("Remove the lab:   make lab-down\n")
+
+
+def pki_dir(hostvars, inventory):
+    """The lab's PKI directory on this machine (pki_dir of the inventory, relative to it)."""
+    return os.path.abspath(hostvars["pki_dir"].replace("{{ inventory_dir }}", inventory))
+
+
+def edge_commands(hosts, hostvars, inventory=None):
+    """A ready-to-paste completion through each node's edge, with the lab client's certificate."""
+    inventory = inventory or os.path.join(REPO, "inventories", "lab")
+    lines = []
+    for host in hosts:
+        hv = hostvars[host]
+        instances = hv.get("vllm_instances") or []
+        clients = hv.get("pki_application_clients") or []
+        if not instances or not clients or "pki_dir" not in hv:
+            continue
+        pki, client = pki_dir(hv, inventory), clients[0]["name"]
+        body = json.dumps({"model": instances[0].get("served_model_name", instances[0]["name"]),
+                           "prompt": "Hello, lab", "max_tokens": 16})
+        if not lines:
+            lines.append("\nThrough the edge (TLS 1.3, client certificate %s; paste as is):" % client)
+        lines.append(
+            "  curl --noproxy '*' --cacert %s/ca.crt --cert %s/clients/%s.crt --key %s/clients/%s.key "
+            "https://%s:%s/v1/completions -H 'Content-Type: application/json' -d '%s'"
+            % (pki, pki, client, pki, client, hv["lab_ip"], hv.get("edge_port", 8000), body))
+    return lines
 
 
 ASK = """import json, sys, urllib.request
@@ -152,7 +181,10 @@ def main():
     hosts, hostvars = load_inventory(args.inventory)
     if args.action == "ask":
         ask(hosts, hostvars, args.host, args.prompt)
-    {"up": up, "down": down, "summary": summary}[args.action](hosts, hostvars)
+    if args.action == "summary":
+        summary(hosts, hostvars, args.inventory)
+    else:
+        {"up": up, "down": down}[args.action](hosts, hostvars)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""`make lab` twice is idempotent and `make lab-down` leaves nothing behind."""
+"""`make lab` twice is idempotent, its summary's edge command gets a completion, `make lab-down` leaves nothing."""
 
+import json
 import re
 import subprocess
 
@@ -29,6 +30,13 @@ def test_lab_up_twice_then_down(no_lab_running):
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         assert sorted(recap_changed(first.stdout)) == LAB_HOSTS
         assert "The lab is up" in first.stdout
+        # The summary's ready-to-paste commands: a completion through each node's edge (TLS 1.3, mTLS).
+        commands = [line.strip() for line in first.stdout.splitlines() if line.strip().startswith("curl ")]
+        assert len(commands) == 2, first.stdout[-3000:]
+        for command in commands:
+            answer = subprocess.run(["bash", "-c", command], text=True, capture_output=True, check=False)
+            assert answer.returncode == 0, answer.stderr
+            assert json.loads(answer.stdout)["choices"][0]["text"], answer.stdout
 
         second = make("lab")
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

