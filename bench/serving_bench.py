@@ -1,6 +1,6 @@
 """Serving benchmark: a vLLM instance launched by vllm_server against a bare `vllm serve`, side by side.
 
-One lab container (bench/serving, the lab's image, wheelhouse and tiny model) runs both, from the same venv
+One lab container (bench/lab, the lab's image, wheelhouse and tiny model) runs both, from the same venv
 and model with the same engine arguments:
 
   pinned  the instance site.yml deploys: placement puts it on CPU 1 (CPU 0 is reserved for housekeeping),
@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-INVENTORY = os.path.join(HERE, "serving")
+INVENTORY = os.path.join(HERE, "lab")
 HOST = "bench-node"
 NETWORK = "llmops-bench"
 PINNED = {"unit": "vllm-pinned.service", "port": 8101}
@@ -35,41 +35,10 @@ BARE = {"unit": "bare-vllm.service", "port": 8102}
 HOG_CPU = "0"
 OFFLINE_ENV = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1"]
 
-# Closed-loop load: `concurrency` threads, each with one keep-alive connection, until `requests` are done.
-LOADGEN = r"""
-import http.client, json, sys, threading, time
-port, requests, concurrency, model = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-body = json.dumps({"model": model, "prompt": "The lab benchmark says", "max_tokens": 16,
-                   "temperature": 0, "ignore_eos": True})
-lock, left, latencies, errors = threading.Lock(), [requests], [], [0]
-def worker():
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    while True:
-        with lock:
-            if left[0] == 0:
-                return
-            left[0] -= 1
-        t0 = time.perf_counter()
-        try:
-            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            data = response.read()
-            ok = response.status == 200 and json.loads(data)["usage"]["completion_tokens"] == 16
-        except Exception:
-            ok = False
-            conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        with lock:
-            if ok:
-                latencies.append((time.perf_counter() - t0) * 1000.0)
-            else:
-                errors[0] += 1
-start = time.perf_counter()
-threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-[t.start() for t in threads]
-[t.join() for t in threads]
-print(json.dumps({"wall_s": time.perf_counter() - start, "latencies_ms": latencies, "errors": errors[0]}))
-"""
+# The load generator, piped into the node's python3.
+with open(os.path.join(HERE, "loadgen.py")) as _f:
+    LOADGEN = _f.read()
+BODY = {"prompt": "The lab benchmark says", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
 
 HOG = "x = 0\nwhile True: x += 1"
 
@@ -131,8 +100,9 @@ def wait_ready(arm, timeout=600):
 
 
 def measure(arm, model, requests, concurrency):
-    out = in_node("taskset", "-c", HOG_CPU, "python3", "-", str(arm["port"]), str(requests), str(concurrency), model,
-                  input=LOADGEN, podman_args=["-i"]).stdout
+    body = json.dumps(dict(BODY, model=model))
+    out = in_node("taskset", "-c", HOG_CPU, "python3", "-", "http", "127.0.0.1", str(arm["port"]), "/v1/completions",
+                  str(requests), str(concurrency), body, "-", "16", input=LOADGEN, podman_args=["-i"]).stdout
     return json.loads(out)
 
 
