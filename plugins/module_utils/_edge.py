@@ -31,6 +31,8 @@ _MODEL = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$')
 _CLIENT = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$')
 _RATE = re.compile(r'^[1-9][0-9]{0,6}r/[sm]$')
 MIN_API_KEY_LENGTH = 32
+# vLLM's inference endpoints besides /v1/*: the only ones the edge exposes (no /server_info, /sleep, ...).
+API_PATHS = ('/tokenize', '/detokenize', '/version', '/pooling', '/classify', '/score', '/rerank')
 
 
 class EdgePlanError(ValueError):
@@ -158,7 +160,9 @@ def edge_plan(instances, settings=None, host=None):
         _fail(host, 'the edge CPUs %r are not a cpulist (%s)' % (settings.get('cpus'), e),
               'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
     default_model = model_order[0] if len(model_order) == 1 else None
+    endpoints = ['%s:%d' % ('[%s]' % a if ':' in a else a, port) for a in listen]
     lua = {
+        'api_paths': list(API_PATHS),
         'models': dict((m, models[m]['upstream']) for m in model_order),
         'model_names': model_order,
         'default_model': default_model,
@@ -168,6 +172,8 @@ def edge_plan(instances, settings=None, host=None):
     return {
         'port': port,
         'listen': listen,
+        'endpoints': endpoints,
+        'api_paths': list(API_PATHS),
         'vips': vips,
         'nonlocal_bind': bool(vips),
         'instances': routes,

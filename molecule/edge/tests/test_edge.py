@@ -231,6 +231,13 @@ def test_chat_by_path_and_the_node_catalogue(client, node_ip):
     status, _headers, body = curl(client, "https://%s:8000/v1/completions" % node_ip,
                                   body={"prompt": PROMPT, "max_tokens": 2})
     assert status == 200, body
+    # vLLM's other endpoints, by model and by path; its admin ones are not exposed.
+    for path in ("/tokenize", "/instances/tiny/tokenize"):
+        status, _headers, body = curl(client, "https://%s:8000%s" % (node_ip, path),
+                                      body={"model": "tiny-llama", "prompt": PROMPT})
+        assert status == 200 and json.loads(body)["tokens"], body
+    assert curl(client, "https://%s:8000/server_info" % node_ip)[0] == 404
+    assert curl(client, "https://%s:8000/instances/tiny/server_info" % node_ip)[0] == 404
     status, _headers, body = curl(client, "https://%s:8000/v1/completions" % node_ip, body=completion_body("gpt-17"))
     assert status == 404 and "tiny-llama" in body and "gpt-17" not in body
 

@@ -6,7 +6,8 @@ local ffi = require "ffi"
 ffi.cdef [[unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);]]
 
 local _M = {}
-local conf = { models = {}, model_names = {}, instances = {}, api_keys = {} }
+local conf = { models = {}, model_names = {}, instances = {}, api_keys = {}, api_paths = {} }
+local api_paths = {}
 local digest_buf = ffi.new("unsigned char[32]")
 local TAIL = 4096
 
@@ -16,6 +17,10 @@ function _M.configure(json)
     error("llmops edge: bad routing table: " .. tostring(err))
   end
   conf = parsed
+  api_paths = {}
+  for _, path in ipairs(conf.api_paths) do
+    api_paths[path] = true
+  end
   if conf.default_model == cjson.null then
     conf.default_model = nil
   end
@@ -101,11 +106,6 @@ function _M.route()
   ngx.var.edge_upstream = upstream
 end
 
-local INSTANCE_PATHS = {
-  ["/tokenize"] = true, ["/detokenize"] = true, ["/version"] = true, ["/pooling"] = true,
-  ["/classify"] = true, ["/score"] = true, ["/rerank"] = true,
-}
-
 -- /instances/<name>/<path>: one instance; its /metrics and /health need no API key (mTLS only).
 function _M.route_instance()
   local instance = conf.instances[ngx.var.edge_instance_name]
@@ -114,7 +114,7 @@ function _M.route_instance()
   end
   local rest = ngx.var.edge_instance_path
   if rest ~= "/metrics" and rest ~= "/health" then
-    if not (rest:sub(1, 4) == "/v1/" or INSTANCE_PATHS[rest]) then
+    if not (rest:sub(1, 4) == "/v1/" or api_paths[rest]) then
       return reject(404, "the edge does not expose this path", "not_found_error")
     end
     authorize()

@@ -68,6 +68,8 @@ def test_instances_of_one_model_share_an_upstream_and_keep_their_own():
 def test_the_vips_are_listened_on_after_the_node_address():
     result = plan(vips=['10.20.0.100'], listen_addresses=['10.20.1.11', '10.30.1.11'])
     assert result['listen'] == ['10.20.1.11', '10.30.1.11', '10.20.0.100']
+    assert result['endpoints'] == ['10.20.1.11:8000', '10.30.1.11:8000', '10.20.0.100:8000']
+    assert plan(listen_addresses=['fd00::11'])['endpoints'] == ['[fd00::11]:8000']
     assert result['vips'] == ['10.20.0.100'] and result['nonlocal_bind'] is True
 
 
