@@ -36,7 +36,7 @@ def write_inventory(directory, host, host_vars):
     (inventory / "host_vars").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(
         "all:\n  children:\n    vllm_nodes:\n      hosts:\n        %s:\n"
-        "  vars:\n    ansible_connection: containers.podman.podman\n"
+        "  vars:\n    ansible_connection: podman_pipelined\n"
         "    ansible_python_interpreter: /usr/bin/python3\n" % host
     )
     (inventory / "host_vars" / ("%s.yml" % host)).write_text(host_vars)
