@@ -4,14 +4,15 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
+# Written by make bootstrap from lab/containers.conf.
+export CONTAINERS_CONF := $(CURDIR)/.cache/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap image wheelhouse model lab lab-down test lint sanity unit molecule
+.PHONY: help bootstrap image wheelhouse model node-image lab lab-down test lint sanity unit molecule clean-cache
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 bootstrap: ## Install system packages and the pinned .venv when missing
 	@scripts/bootstrap.sh
@@ -22,10 +23,13 @@ image: bootstrap ## Build the lab base image when its recipe changed
 wheelhouse: bootstrap ## Download the lab's vLLM CPU wheels when their recipe changed
 	@lab/wheelhouse/build.sh
 
-model: wheelhouse ## Build the tiny offline test model
+model: wheelhouse ## Build the tiny offline test model when its recipe changed
 	@lab/model/build.sh
 
-lab: image wheelhouse model ## Bring up the lab and deploy site.yml into it
+node-image: image wheelhouse model ## Build the provisioned node image (vLLM and the model) when its inputs changed
+	@python lab/node_image.py build >/dev/null
+
+lab: node-image ## Bring up the lab and deploy site.yml into it
 	python lab/lab.py up
 	ansible-playbook site.yml -i inventories/lab
 	@python lab/lab.py summary
@@ -33,17 +37,20 @@ lab: image wheelhouse model ## Bring up the lab and deploy site.yml into it
 lab-down: bootstrap ## Remove the lab's containers and network
 	python lab/lab.py down
 
-test: image wheelhouse model ## Run every test gate (lint, sanity, unit, molecule)
-	@scripts/test.sh
+test: ## Run every test gate (lint, sanity, unit, aarch64, integration, molecule)
+	@python3 scripts/test.py
 
 lint: bootstrap ## Only the lint gates
-	@scripts/test.sh yamllint ruff ansible-lint argument-specs
+	@python3 scripts/test.py yamllint ruff ansible-lint argument-specs
 
 sanity: bootstrap ## Only ansible-test sanity
-	@scripts/test.sh sanity
+	@python3 scripts/test.py sanity
 
 unit: bootstrap ## Only the unit tests
-	@scripts/test.sh unit
+	@python3 scripts/test.py unit
 
-molecule: image wheelhouse model ## Only the molecule scenarios
-	@scripts/test.sh molecule
+molecule: ## Only the molecule scenarios
+	@python3 scripts/test.py molecule
+
+clean-cache: ## Remove the shared caches and the lab images (the next make test starts cold)
+	@scripts/clean_cache.sh

@@ -1,6 +1,6 @@
 """Edge benchmark: the TLS edge (TLS 1.3 + mTLS, keep-alive) against direct loopback vLLM, side by side.
 
-One lab container (bench/lab, the lab's image, wheelhouse and tiny model) runs what site.yml deploys: the pki and
+One lab container (bench/lab, from the lab's node image: make node-image) runs what site.yml deploys: the pki and
 edge roles in front of one vLLM instance (CPU 1; CPU 0 is the housekeeping core, where nginx and the load
 generator run). Both arms hit the same instance with the same load, from the same load generator in the node:
 
@@ -106,7 +106,7 @@ def main():
     parser.add_argument("--keep", action="store_true", help="leave the container running for the next run")
     args = parser.parse_args()
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(repo, "lab", "containers.conf"))
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(repo, ".cache", "containers.conf"))
     os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(repo, "ansible.cfg"))
     try:
         report(bench(args), args)

@@ -1,6 +1,6 @@
 """Serving benchmark: a vLLM instance launched by vllm_server against a bare `vllm serve`, side by side.
 
-One lab container (bench/lab, the lab's image, wheelhouse and tiny model) runs both, from the same venv
+One lab container (bench/lab, from the lab's node image: make node-image) runs both, from the same venv
 and model with the same engine arguments:
 
   pinned  the instance site.yml deploys: placement puts it on CPU 1 (CPU 0 is reserved for housekeeping),
@@ -225,7 +225,7 @@ def main():
                         help="skip the last condition: the instance on both CPUs, quiet")
     parser.add_argument("--keep", action="store_true", help="leave the container running for the next run")
     args = parser.parse_args()
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(REPO, "lab", "containers.conf"))
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(REPO, ".cache", "containers.conf"))
     os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO, "ansible.cfg"))
     try:
         report(bench(args), args)

@@ -2,7 +2,7 @@
 
 Usage: lab.py up|down|summary [--inventory DIR] | lab.py ask [HOST] [PROMPT]
 The container settings come from the inventory's lab_* variables; podman must use
-lab/containers.conf (the Makefile exports CONTAINERS_CONF).
+.cache/containers.conf, which make bootstrap writes from lab/containers.conf (the Makefile exports CONTAINERS_CONF).
 """
 
 import argparse

@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# Build the tiny offline test model (random-weight Llama, byte-level BPE tokenizer, about 1.4 MB) into
-# .cache/models/tiny-llama, once per recipe. Its builder runs in a small venv, .cache/model-venv, installed
-# with no index from the lab wheelhouse (make wheelhouse): no network, no torch.
+# Build the tiny offline test model (random-weight Llama, byte-level BPE tokenizer, about 1.4 MB) once per
+# recipe into the shared cache (lab/cache.sh); the clone's .cache/models/tiny-llama links to it. Its builder
+# runs in a small venv (.cache/model-venv), installed with no index from the lab wheelhouse (make wheelhouse):
+# no network, no torch.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$(dirname "$here")")
-dest=$repo/.cache/models/tiny-llama
-venv=$repo/.cache/model-venv
+# shellcheck source=lab/cache.sh
+. "$repo/lab/cache.sh"
+cache_dir=$(llmops_cache_dir)
 wheels=$repo/.cache/wheelhouse/lab
 packages=(tokenizers safetensors numpy)
-recipe=$(cat "$here/build.sh" "$here/build_tiny_model.py" | sha256sum | cut -d' ' -f1)
-
-if [[ -f $dest/.recipe && $(cat "$dest/.recipe") == "$recipe" ]]; then
-  exit 0
-fi
+dest=$cache_dir/models/tiny-llama-$(recipe_key "$here/build.sh" "$here/build_tiny_model.py")
 
 for package in "${packages[@]}"; do
   if ! compgen -G "$wheels/$package-*.whl" >/dev/null; then
@@ -21,34 +19,36 @@ for package in "${packages[@]}"; do
     exit 1
   fi
 done
-
-# One build at a time; a concurrent one may have finished while this one waited.
-mkdir -p "$(dirname "$dest")"
-exec 9>"$dest.lock"
-flock 9
-if [[ -f $dest/.recipe && $(cat "$dest/.recipe") == "$recipe" ]]; then
-  exit 0
-fi
-
-echo "model: building $dest (about 10 s)" >&2
-# The venv is remade when this script or the wheels it installs change.
-venv_recipe=$(
+# The venv is keyed on this script and the wheels it installs.
+venv_key=$({
   cat "$here/build.sh"
   cd "$wheels" && for package in "${packages[@]}"; do compgen -G "$package-*.whl"; done
-)
-venv_recipe=$(sha256sum <<<"$venv_recipe" | cut -d' ' -f1)
-if [[ ! -f $venv/.recipe || $(cat "$venv/.recipe") != "$venv_recipe" ]]; then
+} | sha256sum | cut -c1-12)
+venv=$cache_dir/model-venv-$venv_key
+
+mkdir -p "$cache_dir/models"
+take_lock model  # one build at a time; a concurrent one may have finished while this one waited
+
+if [[ ! -f $venv/.complete ]]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$wheels" \
     "${packages[@]}"
-  echo "$venv_recipe" >"$venv/.recipe"
+  touch "$venv/.complete"
+  prune_entries "$cache_dir" 'model-venv-*' 2
 fi
 
-tmp=$(mktemp -d "$dest.tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-"$venv/bin/python" "$here/build_tiny_model.py" "$tmp"
-echo "$recipe" >"$tmp/.recipe"
-# mktemp makes the folder 0700 and safetensors writes 0600: a service user must be able to read the model.
-chmod -R u=rwX,go=rX "$tmp"
-rm -rf "$dest" && mv "$tmp" "$dest"
+if [[ ! -f $dest/.recipe ]]; then
+  echo "model: building $dest (about 10 s)" >&2
+  tmp=$(mktemp -d "$dest.tmp.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  "$venv/bin/python" "$here/build_tiny_model.py" "$tmp"
+  basename "$dest" >"$tmp/.recipe"
+  # mktemp makes the folder 0700 and safetensors writes 0600: a service user must be able to read the model.
+  chmod -R u=rwX,go=rX "$tmp"
+  rm -rf "$dest" && mv "$tmp" "$dest"
+  prune_entries "$cache_dir/models" 'tiny-llama-*' 2
+fi
+
+link_clone models/tiny-llama "$dest"
+link_clone model-venv "$venv"

@@ -11,7 +11,7 @@
 #                             (debootstrap, about 3 minutes) when the cache has none for this recipe
 #
 # The cache key is the sha256 of this file: any change to the recipe below builds a new tarball.
-# The cache lives in $ARM64_CACHE_DIR, by default .cache/aarch64 of the repository (git-ignored).
+# The cache lives in $ARM64_CACHE_DIR, by default aarch64/ in the shared cache of lab/cache.sh (outside the clone).
 set -euo pipefail
 
 # --- recipe -------------------------------------------------------------------------------------
@@ -22,7 +22,10 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 script=$(readlink -f "${BASH_SOURCE[0]}")
 repo=$(cd "$(dirname "$script")/../.." && pwd)
-cache=${ARM64_CACHE_DIR:-$repo/.cache/aarch64}
+# shellcheck source=lab/cache.sh
+. "$repo/lab/cache.sh"
+cache_dir=$(llmops_cache_dir)
+cache=${ARM64_CACHE_DIR:-$cache_dir/aarch64}
 key=$(sha256sum "$script" | cut -c1-12)
 tarball=$cache/rootfs-$SUITE-arm64-$key.tar.gz
 

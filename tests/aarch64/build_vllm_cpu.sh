@@ -17,7 +17,8 @@
 # numa_facts collects from the fake Kunpeng 920 sysfs of the unit-test fixtures; MAX_JOBS is planned from this
 # machine's own CPUs and memory, since this machine runs the compilers.
 #
-# Environment: VLLM_VERSION (default 0.11.0), ARM64_CACHE_DIR (default .cache/aarch64), ARM64_BUILD_DIR
+# Environment: VLLM_VERSION (default 0.11.0), ARM64_CACHE_DIR (default aarch64/ in
+# the shared cache of lab/cache.sh), ARM64_BUILD_DIR
 # (default $ARM64_CACHE_DIR/build-vllm-$VLLM_VERSION), FETCHCONTENT_SOURCE_DIR_ONEDNN and ACL_ROOT_DIR (local
 # oneDNN / Arm Compute Library sources for hosts without GitHub access; vLLM reads them from 0.11.1 on).
 set -euo pipefail
@@ -25,7 +26,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 VLLM_VERSION=${VLLM_VERSION:-0.11.0}
-cache=${ARM64_CACHE_DIR:-$repo/.cache/aarch64}
+# shellcheck source=lab/cache.sh
+. "$repo/lab/cache.sh"
+cache_dir=$(llmops_cache_dir)
+cache=${ARM64_CACHE_DIR:-$cache_dir/aarch64}
 work=${ARM64_BUILD_DIR:-$cache/build-vllm-$VLLM_VERSION}
 root=$work/root
 src=/usr/src/vllm-$VLLM_VERSION

@@ -6,7 +6,8 @@
 """Fixtures for the aarch64 tests: an arm64 Debian tree run under qemu-user emulation, and a pinned vLLM sdist.
 
 Cold, the tree is built with debootstrap (minutes) and the sdist is downloaded from PyPI; both are cached under
-.cache/aarch64 (or $ARM64_CACHE_DIR), so a warm run only unpacks the tree (seconds).
+aarch64/ of the shared cache outside the clone (lab/cache.sh; or $ARM64_CACHE_DIR), so a warm run only unpacks the
+tree (seconds).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ROOTFS_SCRIPT = HERE / 'arm64_rootfs.sh'
-CACHE = Path(os.environ.get('ARM64_CACHE_DIR') or REPO / '.cache' / 'aarch64')
+# The shared cache of lab/cache.sh.
+LLMOPS_CACHE = Path(os.environ.get('LLMOPS_CACHE_DIR')
+                    or Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'llmops.vllm')
+CACHE = Path(os.environ.get('ARM64_CACHE_DIR') or LLMOPS_CACHE / 'aarch64')
 
 # The pinned vLLM source: the release sdist from PyPI, checked against its published sha256.
 VLLM_VERSION = '0.11.0'

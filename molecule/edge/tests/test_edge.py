@@ -295,7 +295,7 @@ def test_health_follows_the_instances_and_the_drain_file(client, node, node_ip):
     finally:
         node.check_output("systemctl start vllm-tiny")
     assert wait_for(lambda: curl(client, "https://%s:8000/v1/completions" % node_ip,
-                                 body=completion_body())[0] == 200, timeout=300)
+                                 body=completion_body())[0] == 200, timeout=600)
     assert curl(client, health, key=None)[0] == 200
 
 

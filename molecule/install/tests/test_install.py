@@ -55,7 +55,7 @@ def converge(**extra_vars):
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    changed = int(re.search(r"^instance\s+: ok=\d+\s+changed=(\d+)", result.stdout, re.M).group(1))
+    changed = int(re.search(r"^install-node\s+: ok=\d+\s+changed=(\d+)", result.stdout, re.M).group(1))
     return changed, elapsed
 
 

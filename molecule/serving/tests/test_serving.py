@@ -109,7 +109,7 @@ def test_second_converge_restarts_nothing(host):
     before = {name: main_pid(host, name) for name in INSTANCES}
     out = converge()
     changed = re.findall(r"^TASK \[([^\]]+)\][^\n]*\n(?:[^\n]*\n)*?changed:", out, re.M)
-    assert re.search(r"^instance\s+: ok=\d+\s+changed=0\s", out, re.M), changed
+    assert re.search(r"^serving-node\s+: ok=\d+\s+changed=0\s", out, re.M), changed
     assert {name: main_pid(host, name) for name in INSTANCES} == before
 
 
