@@ -79,6 +79,10 @@ def duration(seconds):
     return "%d min %02d s" % divmod(seconds, 60) if seconds >= 60 else "%d s" % seconds
 
 
+def stopwatch(seconds):
+    return "%02d:%02d" % divmod(int(seconds), 60)
+
+
 def say(message):
     print("%s %s" % (time.strftime("%H:%M:%S"), message), flush=True)
 
@@ -86,10 +90,12 @@ def say(message):
 def run(gate, argv):
     """Run one gate with its output in its log; returns (passed, seconds)."""
     start = time.monotonic()
-    with open(log_path(gate), "w") as log:
-        result = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                check=False)
-    return result.returncode == 0, time.monotonic() - start
+    with open(log_path(gate), "w") as log, subprocess.Popen(
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            errors="replace", text=True) as process:
+        for line in process.stdout:  # each line with the time since the gate started: where the time went
+            log.write("[%s] %s" % (stopwatch(time.monotonic() - start), line))
+    return process.returncode == 0, time.monotonic() - start
 
 
 def setup(rows):
@@ -136,9 +142,10 @@ def failure_digest(path):
     lines = []
     for line in path.read_text(errors="replace").splitlines():
         line = re.sub(r"\x1b\[[0-9;]*m|\x1b]8;;[^\x1b]*\x1b\\", "", line)  # colours and hyperlinks
+        line = re.sub(r"^\[\d+:\d\d\] ", "", line)  # the stopwatch
         line = re.sub(r"^ *│ ?", "", line)
-        if re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+"
-                     r"|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
+        if re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
+                     r"|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
                      line) and "RETRYING" not in line:
             lines.append(line[:220])
     return lines[-14:]
