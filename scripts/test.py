@@ -42,8 +42,9 @@ COMMANDS = {
 }
 # Gates that start lab containers, and so need the set-up.
 LAB_GATES = ("integration", "molecule")
-# Seconds assumed for a gate that has no previous run, to order the first one.
-GUESS = {"molecule": 420, "integration": 360, "aarch64": 120, "sanity": 60}
+# Seconds assumed for a gate that has no previous run (measured on a 2-CPU machine), to order the first one.
+GUESS = {"molecule/build": 900, "molecule/edge": 800, "molecule/serving": 600, "molecule/install": 500,
+         "molecule": 300, "integration": 400, "aarch64": 200, "sanity": 140}
 
 
 def scenarios():
@@ -92,7 +93,7 @@ def run(gate, argv):
     start = time.monotonic()
     with open(log_path(gate), "w") as log, subprocess.Popen(
             argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            errors="replace", text=True) as process:
+            errors="replace", text=True, env=dict(os.environ, PYTHONUNBUFFERED="1")) as process:
         for line in process.stdout:  # each line with the time since the gate started: where the time went
             log.write("[%s] %s" % (stopwatch(time.monotonic() - start), line))
     return process.returncode == 0, time.monotonic() - start
@@ -116,7 +117,7 @@ def setup(rows):
 def lanes(gates, rows, jobs, previous):
     """Run the gates on `jobs` workers, the longest (by the previous run) first."""
     todo = queue.Queue()
-    for gate in sorted(gates, key=lambda g: -previous.get(g, GUESS.get(g.split("/")[0], 30))):
+    for gate in sorted(gates, key=lambda g: -previous.get(g, GUESS.get(g, GUESS.get(g.split("/")[0], 30)))):
         todo.put(gate)
 
     def worker():
