@@ -13,7 +13,7 @@ short_description: Run tasks in a lab container with podman exec, pipelined
 description:
   - The connection plugin C(containers.podman.podman), with the module sent on the standard input of one
     C(podman exec --interactive) (Ansible's pipelining) instead of a temporary file, C(chmod), run and clean-up
-    (four C(podman exec) per task). A task takes about a third of the time.
+    (four C(podman exec) per task). A play takes about two thirds of the time (docs/benchmarks.md).
   - C(containers.podman.podman) does not attach the standard input, so it cannot pipeline; Podman 4.3 passes
     a 3 MB input whole (measured on the lab machines).
 author: llmops.vllm maintainers
