@@ -22,9 +22,9 @@ take_lock() {
   flock 9
 }
 
-# link_clone NAME TARGET: the clone's .cache/NAME points at TARGET (a real directory of an older layout is removed).
+# link_clone PATH TARGET: the clone's PATH points at TARGET (a real directory of an older layout is removed).
 link_clone() {
-  local link=$llmops_clone/.cache/$1
+  local link=$llmops_clone/$1
   mkdir -p "$(dirname "$link")"
   if [[ -d $link && ! -L $link ]]; then
     rm -rf "$link"

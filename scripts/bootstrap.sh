@@ -39,10 +39,7 @@ if [[ ! -f $venv/.complete ]]; then
     prune_entries "$cache_dir" 'venv-*' 2
   fi
 fi
-if [[ $(readlink .venv 2>/dev/null) != "$venv" ]]; then
-  [[ -L .venv || ! -e .venv ]] || rm -rf .venv
-  ln -sfn "$venv" .venv
-fi
+link_clone .venv "$venv"
 
 # Podman's settings for the lab: lab/containers.conf and, on a host with hybrid cgroups (v1 controllers beside a
 # cgroup2 tree at /sys/fs/cgroup/unified), that tree in every container. systemd inside then learns at once that a

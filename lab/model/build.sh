@@ -50,5 +50,5 @@ if [[ ! -f $dest/.recipe ]]; then
   prune_entries "$cache_dir/models" 'tiny-llama-*' 2
 fi
 
-link_clone models/tiny-llama "$dest"
-link_clone model-venv "$venv"
+link_clone .cache/models/tiny-llama "$dest"
+link_clone .cache/model-venv "$venv"

@@ -43,5 +43,5 @@ if [[ ! -f $dest/.complete ]]; then
   prune_entries "$(dirname "$dest")" 'lab-*' 2
 fi
 
-link_clone wheelhouse/lab "$dest"
-link_clone sources "$sources"
+link_clone .cache/wheelhouse/lab "$dest"
+link_clone .cache/sources "$sources"
