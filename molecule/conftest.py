@@ -5,6 +5,8 @@ separate `ansible -m shell` process (about 2 s each). Here the same commands go 
 into the same container; `host.ansible(...)` still goes through Ansible.
 """
 
+import time
+
 import pytest
 import testinfra
 
@@ -16,3 +18,13 @@ def host(_testinfra_host):
     if backend.NAME == "ansible" and connection in ("podman_pipelined", "containers.podman.podman"):
         backend.run = testinfra.get_host("podman://" + backend.host).backend.run
     return _testinfra_host
+
+
+def wait_for(check, timeout=180, step=3):
+    """Whether check() became true within timeout seconds, asked every step seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(step)
+    return False

@@ -16,6 +16,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from conftest import wait_for
 from cryptography.x509.oid import NameOID
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
@@ -265,15 +266,6 @@ def test_a_rate_limited_client_gets_429_and_others_do_not(client, node_ip):
     statuses = [curl(client, models, cert="molecule-limited")[0] for _attempt in range(4)]
     assert statuses[:2] == [200, 200] and statuses[2:] == [429, 429], statuses
     assert [curl(client, models)[0] for _attempt in range(4)] == [200] * 4
-
-
-def wait_for(check, timeout=180, step=3):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_health_follows_the_instances_and_the_drain_file(client, node, node_ip):
