@@ -138,7 +138,9 @@ class Connection(PodmanConnection):
             pid = int(state["State"]["Pid"])
             with open("/proc/%d/status" % pid) as f:
                 bounding = int(re.search(r"^CapBnd:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
-            target = {"pid": pid, "start": _start_time(pid), "env": state["Config"]["Env"] or [],
+            # container_uuid is for the container's systemd (podman's --systemd); podman exec leaves it out.
+            env = [item for item in state["Config"]["Env"] or [] if not item.startswith("container_uuid=")]
+            target = {"pid": pid, "start": _start_time(pid), "env": env,
                       "caps": ",".join(["-all"] + ["+" + name for bit, name in enumerate(CAPABILITIES)
                                                    if bounding >> bit & 1])}
         except (ValueError, KeyError, IndexError, TypeError, OSError, AttributeError):
