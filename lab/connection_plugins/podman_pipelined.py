@@ -9,20 +9,18 @@ __metaclass__ = type
 
 DOCUMENTATION = """
 name: podman_pipelined
-short_description: Run tasks in a lab container with podman exec, pipelined
+short_description: Run tasks in a lab container, pipelined, through nsenter or podman exec
 description:
-  - The connection plugin C(containers.podman.podman), with the module sent on the standard input of one
-    C(podman exec --interactive) (Ansible's pipelining) instead of a temporary file, C(chmod), run and clean-up
-    (four C(podman exec) per task). A play takes about two thirds of the time (docs/benchmarks.md).
-  - C(containers.podman.podman) does not attach the standard input, so it cannot pipeline; Podman 4.3 passes
-    a 3 MB input whole (measured on the lab machines).
-  - As root, a command enters the container's namespaces with C(nsenter) (3 ms) instead of C(podman exec)
-    (conmon and runc, 0.13 CPU-seconds; docs/benchmarks.md), with the container's capability bounding set and
-    environment. It does not join the container's cgroups nor its seccomp filter. The container's process
-    ID comes from C(podman inspect) once per container, kept in a file under the temporary directory and
-    checked against the process's start time. Other users, and a stopped container, get C(podman exec).
-  - The container's file system is mounted (C(podman mount)) only when a file is copied in or out, not at
-    every task.
+  - The connection plugin C(containers.podman.podman) with Ansible's pipelining, the module on the standard input of
+    one command instead of a C(podman mount), a temporary file, C(chmod), run and clean-up (four C(podman exec))
+    per task. A play takes 0.40 of the time and CPU (docs/benchmarks.md).
+  - As root, that command enters the container's namespaces with C(nsenter) (3 ms) instead of C(podman exec)
+    (conmon and runc, 0.13 CPU-seconds), with the container's capability bounding set and environment. It does
+    not join the container's cgroups nor its seccomp filter. The container's process ID comes from
+    C(podman inspect) once per container, kept in a file under the temporary directory and checked against the
+    process's start time. Other users, and a stopped container, get C(podman exec --interactive) (Podman 4.3
+    passes a 3 MB input whole; C(containers.podman.podman) does not attach the standard input).
+  - The container's file system is mounted (C(podman mount)) only when a file is copied in or out.
 author: llmops.vllm maintainers
 options:
   remote_addr:
@@ -133,6 +131,8 @@ class Connection(PodmanConnection):
         except (OSError, ValueError, KeyError):
             pass
         rc, stdout, _stderr = self._podman("inspect", ["--format", "json"])
+        if rc != 0:
+            return None
         try:
             state = json.loads(stdout)[0]
             pid = int(state["State"]["Pid"])
@@ -145,7 +145,7 @@ class Connection(PodmanConnection):
                                                    if bounding >> bit & 1])}
         except (ValueError, KeyError, IndexError, TypeError, OSError, AttributeError):
             return None
-        if rc != 0 or not state["State"].get("Running") or not pid:
+        if not state["State"].get("Running") or not pid:
             return None
         if not os.path.isdir(cache):
             os.makedirs(cache, mode=0o700)
