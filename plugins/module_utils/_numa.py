@@ -9,8 +9,9 @@
 """NUMA nodes, CPU topology and CPU model of a Linux host, read from sysfs and /proc/cpuinfo.
 
 Reads only, below ``root``: sys/devices/system/node/{online,node*/cpulist,node*/meminfo,node*/distance},
-sys/devices/system/cpu/{online,cpu*/topology/physical_package_id,cpu*/topology/thread_siblings_list}
-and proc/cpuinfo. A missing optional file turns its field into None.
+sys/devices/system/cpu/{online,cpu*/topology/physical_package_id,cpu*/topology/thread_siblings_list},
+cpu*/topology/core_id of the CPUs without thread_siblings_list, and proc/cpuinfo. A missing optional file
+turns its field into None.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -136,6 +137,34 @@ def read_cpu_topology(root, cpus):
     return packages, siblings
 
 
+def group_cores(root, cpus, packages, siblings):
+    """Return the physical cores of cpus: one sorted list of CPUs (SMT siblings) per core, ordered by first CPU.
+
+    A core is a CPU's thread_siblings_list, less CPUs not in cpus. A CPU without one is grouped with the CPUs
+    of the same physical_package_id and core_id (core_id alone repeats across sockets). Returns None when
+    neither tells the core of some CPU. Every CPU lands in exactly one core, even when sysfs disagrees with
+    itself: a CPU goes to the first core that lists it.
+    """
+    wanted = set(cpus)
+    core_of = {}
+    cores = []
+    for cpu in sorted(wanted):
+        if cpu in core_of or not siblings.get(cpu):
+            continue
+        members = sorted(c for c in (siblings[cpu] & wanted) | {cpu} if c not in core_of)
+        for member in members:
+            core_of[member] = len(cores)
+        cores.append(members)
+    by_id = {}
+    cpu_dir = os.path.join(root, CPU_DIR)
+    for cpu in sorted(wanted - set(core_of)):
+        core_id = _read_int('%s/cpu%d/topology/core_id' % (cpu_dir, cpu))
+        if core_id is None or core_id < 0 or packages.get(cpu) is None:
+            return None
+        by_id.setdefault((packages[cpu], core_id), []).append(cpu)
+    return sorted(cores + list(by_id.values()))
+
+
 def summarize_sockets(packages, siblings, cpuinfo_physical_ids):
     """Return (sockets, cores_per_socket, threads_per_core); each None when it cannot be told.
 
@@ -193,5 +222,6 @@ def collect_numa(root='/'):
         'nodes_synthesized': nodes_synthesized,
         'online_cpus': online,
         'online_cpulist': format_cpulist(online),
+        'cores': group_cores(root, online, packages, siblings),
         'cpu': cpu,
     }

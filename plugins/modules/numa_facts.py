@@ -16,8 +16,9 @@ description:
   - Changes nothing on the target.
   - >-
     Reads only, below O(root): C(sys/devices/system/node/{online,node*/cpulist,node*/meminfo,node*/distance}),
-    C(sys/devices/system/cpu/{online,cpu*/topology/physical_package_id,cpu*/topology/thread_siblings_list})
-    and C(proc/cpuinfo). A missing optional file makes its field V(null).
+    C(sys/devices/system/cpu/{online,cpu*/topology/physical_package_id,cpu*/topology/thread_siblings_list}),
+    C(sys/devices/system/cpu/cpu*/topology/core_id) of the CPUs without C(thread_siblings_list), and C(proc/cpuinfo).
+    A missing optional file makes its field V(null).
   - A kernel without NUMA nodes (no C(node*) directories) is reported as a single node 0 holding all online CPUs,
     with RV(ansible_facts.numa.nodes_synthesized=true).
   - When C(sys/devices/system/cpu/online) is missing, the online CPUs are the C(processor) entries of
@@ -123,6 +124,21 @@ ansible_facts:
           type: str
           returned: always
           sample: "0-127"
+        cores:
+          description:
+            - Physical cores of the online CPUs, ordered by their lowest CPU. Each core is the list of its online
+              hardware threads (SMT siblings), lowest first; without SMT every core holds one CPU.
+            - Read from C(cpu*/topology/thread_siblings_list), so it is right however the machine numbers its
+              siblings (CPUs C(c) and C(c+N) on many x86 servers, C(c) and C(c+1) on some virtual machines and
+              client CPUs).
+              A CPU without that file is grouped by C(core_id) within its C(physical_package_id).
+            - V(null) when neither tells the core of some online CPU.
+            - The C(llmops.vllm.vllm_placement) filter keeps the threads of a core together and binds one OpenMP
+              thread per core from it.
+          type: list
+          elements: list
+          returned: always
+          sample: [[0, 64], [1, 65], [2, 66], [3, 67]]
         cpu:
           description: CPU model and topology; each value V(null) when unknown.
           type: dict

@@ -21,6 +21,7 @@ from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
     LAB_2CORE_CPU_ONLY,
     WORKSTATION_1GPU,
     X86_8xA800_NVLINK,
+    X86_VM_ADJACENT_SMT_1GPU,
     variant,
 )
 
@@ -40,6 +41,9 @@ CASES = [
      (1, 16, 2), [(0, 0, '0-31', 63648, [10])], '0-31', False),
     (LAB_2CORE_CPU_ONLY, ('x86_64', 'AMD', 'QEMU Virtual CPU version 2.5+', None, ['-march=x86-64']), (1, 2, 1),
      [(0, 0, '0-1', None, [10])], '0-1', True),
+    (X86_VM_ADJACENT_SMT_1GPU, ('x86_64', 'Intel', 'Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz', None,
+                                ['-march=x86-64-v3']), (1, 8, 2),
+     [(0, 0, '0-7', 32095, [10, 20]), (1, 0, '8-15', 32246, [20, 10])], '0-15', False),
 ]
 
 
@@ -59,13 +63,44 @@ def test_collect_numa(sysfs, topo, cpu, shape, nodes, online, synthesized):
 
 def test_fact_keys(sysfs):
     numa = collect_numa(sysfs(KUNPENG920_8xA100))
-    assert sorted(numa) == ['cpu', 'nodes', 'nodes_synthesized', 'online_cpulist', 'online_cpus']
+    assert sorted(numa) == ['cores', 'cpu', 'nodes', 'nodes_synthesized', 'online_cpulist', 'online_cpus']
     assert list(numa['nodes'][0]) == ['id', 'socket', 'cpus', 'cpulist', 'memory_total_mib', 'distances']
     assert sorted(numa['cpu']) == sorted([
         'architecture', 'vendor', 'model_name', 'implementer', 'part', 'microarchitecture', 'sockets',
         'cores_per_socket', 'threads_per_core', 'compiler_flags'])
     assert (numa['cpu']['implementer'], numa['cpu']['part']) == ('0x48', '0xd01')
     assert numa['nodes'][1]['cpus'] == list(range(32, 64))
+
+
+# topology, its cores as numa_facts reports them: the kernel's sibling lists, however they are numbered
+CORE_CASES = [
+    (KUNPENG920_8xA100, [[cpu] for cpu in range(128)]),
+    (X86_8xA800_NVLINK, [[core, core + 64] for core in range(64)]),
+    (WORKSTATION_1GPU, [[core, core + 16] for core in range(16)]),
+    (LAB_2CORE_CPU_ONLY, [[0], [1]]),
+    (X86_VM_ADJACENT_SMT_1GPU, [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]),
+]
+
+
+@pytest.mark.parametrize('topo, cores', CORE_CASES, ids=[c[0]['name'] for c in CORE_CASES])
+def test_cores_are_the_sibling_lists(sysfs, topo, cores):
+    numa = collect_numa(sysfs(topo))
+    assert numa['cores'] == cores
+    assert sorted(cpu for core in numa['cores'] for cpu in core) == numa['online_cpus']
+    threads = numa['cpu']['threads_per_core']
+    assert max(len(core) for core in numa['cores']) == threads
+    assert len(numa['cores']) == numa['cpu']['sockets'] * numa['cpu']['cores_per_socket']
+
+
+def test_adjacent_siblings_stay_in_their_numa_node(sysfs):
+    numa = collect_numa(sysfs(X86_VM_ADJACENT_SMT_1GPU))
+    node_of = dict((cpu, node['id']) for node in numa['nodes'] for cpu in node['cpus'])
+    assert all(len(set(node_of[cpu] for cpu in core)) == 1 for core in numa['cores'])
+
+
+def test_cores_leave_out_offline_siblings(sysfs):
+    numa = collect_numa(sysfs(variant(X86_VM_ADJACENT_SMT_1GPU, 'vm-cpu3-offline', cpu_online='0-2,4-15')))
+    assert numa['cores'][:3] == [[0, 1], [2], [4, 5]]
 
 
 def _remove(root, patterns):
@@ -89,6 +124,22 @@ MISSING_FILE_CASES = [
      {'cpu.sockets': 2, 'cpu.cores_per_socket': 32, 'cpu.threads_per_core': 2}),
     ('siblings', X86_8xA800_NVLINK, ['sys/devices/system/cpu/cpu*/topology/thread_siblings_list'],
      {'cpu.sockets': 2, 'cpu.cores_per_socket': None, 'cpu.threads_per_core': None}),
+    # Without sibling lists, cores come from core_id within each package (core ids repeat across the sockets).
+    ('siblings, cores from core ids', X86_8xA800_NVLINK,
+     ['sys/devices/system/cpu/cpu*/topology/thread_siblings_list'],
+     {'cores.0': [0, 64], 'cores.32': [32, 96], 'cores.63': [63, 127]}),
+    ('one sibling list', X86_VM_ADJACENT_SMT_1GPU, ['sys/devices/system/cpu/cpu2/topology/thread_siblings_list'],
+     {'cores.1': [2, 3], 'cpu.threads_per_core': None}),
+    ('one sibling list and its core id', X86_VM_ADJACENT_SMT_1GPU,
+     ['sys/devices/system/cpu/cpu3/topology/thread_siblings_list', 'sys/devices/system/cpu/cpu3/topology/core_id'],
+     {'cores.1': [2, 3]}),
+    ('siblings and core ids', X86_8xA800_NVLINK,
+     ['sys/devices/system/cpu/cpu*/topology/thread_siblings_list', 'sys/devices/system/cpu/cpu*/topology/core_id'],
+     {'cores': None}),
+    ('siblings and package ids', X86_VM_ADJACENT_SMT_1GPU,
+     ['sys/devices/system/cpu/cpu*/topology/thread_siblings_list',
+      'sys/devices/system/cpu/cpu*/topology/physical_package_id'],
+     {'cores': None}),
     ('cpuinfo', KUNPENG920_8xA100, ['proc/cpuinfo'],
      {'cpu.architecture': None, 'cpu.vendor': None, 'cpu.compiler_flags': [], 'online_cpulist': '0-127'}),
     ('cpu online', X86_8xA800_NVLINK, ['sys/devices/system/cpu/online'], {'online_cpulist': '0-127'}),

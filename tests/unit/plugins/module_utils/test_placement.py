@@ -20,6 +20,7 @@ from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
     LAB_2CORE_CPU_ONLY,
     WORKSTATION_1GPU,
     X86_8xA800_NVLINK,
+    X86_VM_ADJACENT_SMT_1GPU,
     variant,
 )
 
@@ -821,3 +822,70 @@ def test_missing_gpu_fact_means_no_gpu(facts):
 def test_empty_instance_list(facts):
     assert place(facts, KUNPENG, []) == []
     assert place(facts, KUNPENG, None) == []
+
+
+# -- real SMT siblings -----------------------------------------------------------------------------
+# The KVM guest numbers siblings N and N+1 (0-1, ..., 8-9, 10-11, ...); GPU 0's slice is node 0, so cpu
+# instances land on node 1 (CPUs 8-15).
+
+VM = X86_VM_ADJACENT_SMT_1GPU
+
+
+def without_cores(numa):
+    """The numa fact as numa_facts gathered it before it reported cores."""
+    return dict((key, value) for key, value in numa.items() if key != "cores")
+
+
+# instances, reserved_cpus, (name, cpulist, omp_threads_bind) per instance with the fact's cores, and the same
+# for a fact without cores (every CPU its own core: no sibling is guessed from the numbering)
+SIBLINGS = [
+    pytest.param(
+        [cpu("a", cpus_per_instance=2)], None, [("a", "8-9", "8")], [("a", "8-9", "8")],
+        id="cpus_per_instance-2-is-one-whole-core",
+    ),
+    pytest.param(
+        [cpu("a", cpus_per_instance=1), cpu("b", cpus_per_instance=2)],
+        None,
+        [("a", "8", "8"), ("b", "10-11", "10")],
+        [("a", "8", "8"), ("b", "9-10", "9")],
+        id="a-pair-skips-the-half-taken-core",
+    ),
+    pytest.param(
+        [cpu("a", cpus_per_instance=8)], None, [("a", "8-15", "8,10,12")], [("a", "8-15", "8-14")],
+        id="omp-one-cpu-per-core-less-the-last",
+    ),
+    pytest.param(
+        [cpu("a", 2)], None, [("a", "8-15", "8|12")], [("a", "8-15", "8-10|12-14")],
+        id="omp-one-cpu-per-core-of-each-rank",
+    ),
+    pytest.param(
+        [cuda("a")], "0", [("a", "2-7", None)], [("a", "1-6", None)],
+        id="gpu-slice-of-whole-cores-leaves-the-reserved-cpus-sibling",
+    ),
+    pytest.param(
+        [cuda("a"), cpu("b", 2, cpus_per_instance=2)],
+        "8",
+        [("a", "0-7", None), ("b", "10-13", "10|12")],
+        [("a", "0-7", None), ("b", "9-12", "9|11")],
+        id="cpu-ranks-of-whole-cores-beside-a-reserved-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize("instances, reserved, expected, expected_without_cores", SIBLINGS)
+def test_placement_keeps_smt_siblings_together(facts, instances, reserved, expected, expected_without_cores):
+    gpu, numa = facts(VM)
+    assert numa["cores"][4:6] == [[8, 9], [10, 11]]
+    for fact, rows in ((numa, expected), (without_cores(numa), expected_without_cores)):
+        placements = vllm_placement(copy.deepcopy(instances), gpu, fact, reserved_cpus=reserved, host=HOST)
+        assert [(p["name"], p["cpulist"], p["omp_threads_bind"]) for p in placements] == rows
+        assert [p["warnings"] for p in placements] == [[]] * len(rows)
+
+
+def test_cores_of_the_fact_replace_the_x86_numbering_guess(facts):
+    """The A800's siblings are c and c + 64: its cores give the whole-core slices; without cores, none is guessed."""
+    gpu, numa = facts(A800)
+    instances = [cuda(n, 2) for n in "abcd"]
+    assert numa["cores"][:2] == [[0, 64], [1, 65]]
+    assert place(facts, A800, instances)[0]["cpulist"] == "0-15,64-79"
+    assert vllm_placement(instances, gpu, without_cores(numa))[0]["cpulist"] == "0-31"

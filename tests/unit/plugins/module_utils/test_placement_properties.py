@@ -6,8 +6,9 @@
 """Properties of vllm_placement over random topologies and random instance lists.
 
 The facts are generated directly in the shape gpu_facts and numa_facts return: sockets, NUMA nodes with
-x86 (c, c + N) or arm64 (adjacent) SMT numbering, offline CPUs, reserved CPUs, GPUs on known or unknown
-nodes, PCIe switches, NVLink (none, bridged pairs or an NVSwitch), degraded links and NVML errors.
+(c, c + N) or adjacent SMT numbering, the cores of the numa fact or none (facts of an older numa_facts),
+offline CPUs, reserved CPUs, GPUs on known or unknown nodes, PCIe switches, NVLink (none, bridged pairs or an
+NVSwitch), degraded links and NVML errors.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def topologies(draw):
     cores_per_node = draw(st.sampled_from([8, 6, 4, 3, 2, 12]))
     smt = draw(st.sampled_from([1, 1, 2]))
     arch = draw(st.sampled_from(["x86_64", "aarch64"]))
+    adjacent = arch == "aarch64" or _one_in(draw, 3)
+    with_cores = draw(st.booleans())
     node_count = sockets * nodes_per_socket
     total_cores = node_count * cores_per_node
     node_cpus = {node: [] for node in range(node_count)}
+    core_cpus = []
     for core in range(total_cores):
-        for thread in range(smt):
-            cpu = core + thread * total_cores if arch == "x86_64" else core * smt + thread
-            node_cpus[core // cores_per_node].append(cpu)
+        core_cpus.append([core * smt + thread if adjacent else core + thread * total_cores for thread in range(smt)])
+        node_cpus[core // cores_per_node].extend(core_cpus[-1])
     all_cpus = sorted(cpu for cpus in node_cpus.values() for cpu in cpus)
     offline = draw(st.sets(st.sampled_from(all_cpus), max_size=len(all_cpus) // 4))
     online = [cpu for cpu in all_cpus if cpu not in offline] or all_cpus[:1]
@@ -75,6 +78,9 @@ def topologies(draw):
             "threads_per_core": smt,
         },
     }
+    if with_cores:
+        cores = [sorted(set(cpus) & set(online)) for cpus in core_cpus]
+        numa["cores"] = sorted(core for core in cores if core)
     reserved = draw(
         st.one_of(
             st.none(),
@@ -245,6 +251,7 @@ def _check(placements, items, gpu, numa, reserved):
     cpu_node = {cpu: node["id"] for node in numa["nodes"] for cpu in node["cpus"]}
     devices = {d["index"]: d for d in gpu["devices"]}
     node_has_cpus = {node["id"]: bool(node["cpus"]) for node in numa["nodes"]}
+    core_of = {cpu: ("core", core[0]) for core in numa.get("cores") or [] for cpu in core}
     reserved = _reserved(reserved)
     seen_gpus, seen_cpus = set(), set()
     assert [p["name"] for p in placements] == [i["name"] for i in items]
@@ -287,6 +294,7 @@ def _check(placements, items, gpu, numa, reserved):
             assert len(omp) < len(cpus) or len(cpus) == ranks
             for part in parts:
                 assert part and len(set(cpu_node.get(c) for c in part)) == 1, "rank range spans NUMA nodes"
+                assert len(set(core_of.get(c, c) for c in part)) == len(part), "two OpenMP threads on one core"
 
 
 @SETTINGS

@@ -12,6 +12,7 @@ from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
     KUNPENG920_8xA100,
     LAB_2CORE_CPU_ONLY,
     X86_8xA800_NVLINK,
+    X86_VM_ADJACENT_SMT_1GPU,
 )
 
 
@@ -29,6 +30,17 @@ def test_reports_numa(run_module, sysfs, topo, nodes, flags, synthesized, check_
     assert [n['cpulist'] for n in numa['nodes']] == nodes
     assert numa['cpu']['compiler_flags'] == flags
     assert numa['nodes_synthesized'] is synthesized
+
+
+@pytest.mark.parametrize('topo, first_cores', [
+    (X86_VM_ADJACENT_SMT_1GPU, [[0, 1], [2, 3], [4, 5]]),
+    (X86_8xA800_NVLINK, [[0, 64], [1, 65], [2, 66]]),
+    (KUNPENG920_8xA100, [[0], [1], [2]]),
+], ids=lambda v: v['name'] if isinstance(v, dict) else None)
+def test_reports_each_cores_sibling_cpus(run_module, sysfs, topo, first_cores):
+    numa = run_module(numa_facts, {'root': sysfs(topo)})['ansible_facts']['numa']
+    assert numa['cores'][:3] == first_cores
+    assert sorted(cpu for core in numa['cores'] for cpu in core) == numa['online_cpus']
 
 
 def test_missing_root_fails_clearly(run_module, tmp_path):
