@@ -25,6 +25,8 @@ import hashlib
 import json
 import re
 
+from ansible_collections.llmops.vllm.plugins.module_utils._cuda import CUDA_VERSION_RE, driver_supports
+
 # Bump when the plan starts to build different wheels from the same inputs: every key changes.
 KEY_SCHEMA = 1
 
@@ -49,7 +51,6 @@ PLAN_ENV_KEYS = ('VLLM_TARGET_DEVICE', 'CFLAGS', 'CXXFLAGS', 'CMAKE_ARGS', 'MAX_
                  'TORCH_CUDA_ARCH_LIST')
 
 _VERSION_RE = re.compile(r'^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$')
-_CUDA_VERSION_RE = re.compile(r'^\d+\.\d+$')
 _PYTHON_VERSION_RE = re.compile(r'^3\.\d+$')
 _TORCH_VERSION_RE = re.compile(r'^\d+(\.\d+)*[0-9A-Za-z.+]*$')
 _CAPABILITY_RE = re.compile(r'^\d+\.\d+[af]?$')
@@ -252,13 +253,6 @@ def _max_jobs(numa, target_device, memory_mib, max_jobs, warnings):
     return cpus, 'CPU-bound: %d online CPUs <= %s' % (cpus, memory_text), memory, by_memory
 
 
-def _version_tuple(text):
-    try:
-        return tuple(int(part) for part in str(text).split('.'))
-    except ValueError:
-        return None
-
-
 def cache_key_of(inputs):
     """vllm-<version>-<arch>-<cuda<version>|cpu>-<8 hex digits of the sha256 of the canonical JSON of inputs>."""
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(',', ':')).encode('utf-8')).hexdigest()
@@ -307,12 +301,11 @@ def build_plan(numa, gpu=None, vllm_version=None, target_device=None, cuda_versi
 
     cuda = arch_list = None
     if target_device == 'cuda':
-        cuda = _text('cuda_version', cuda_version, _CUDA_VERSION_RE, "'12.8' (the CUDA toolkit the build uses)")
+        cuda = _text('cuda_version', cuda_version, CUDA_VERSION_RE, "'12.8' (the CUDA toolkit the build uses)")
         arch_list = _cuda_arch_list(cuda_arch_list, gpu, warnings)
-        driver = (gpu or {}).get('cuda_driver_version') if (gpu or {}).get('available') else None
-        if driver and _version_tuple(driver) and _version_tuple(driver) < _version_tuple(cuda):
-            warnings.append('This host\'s NVIDIA driver supports CUDA up to %s: the wheel built with CUDA %s builds '
-                            'here but needs a newer driver to run.' % (driver, cuda))
+        problem = driver_supports(gpu, cuda)
+        if problem:
+            warnings.append('%s: the wheel builds on this host, but runs here only after a driver upgrade.' % problem)
     elif architecture == 'x86_64' and not set(flags) & set(AVX2_FLAGS):
         warnings.append('This x86_64 CPU shows no AVX2 (compiler flags %s): vLLM\'s CPU backend needs AVX2 or AVX-512 '
                         'to run, and older releases to build.' % (' '.join(flags) or 'none'))

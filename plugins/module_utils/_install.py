@@ -18,7 +18,8 @@ import fnmatch
 import re
 
 from ansible_collections.llmops.vllm.plugins.module_utils._build import BuildPlanError, build_plan
-from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
+from ansible_collections.llmops.vllm.plugins.module_utils._cuda import driver_supports
+from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import CLI_ENV
 
 SOURCES = ('pypi', 'wheelhouse', 'source')
 DEVICES = ('auto', 'cuda', 'cpu')
@@ -51,7 +52,7 @@ def versions_on_index(simple_page, package):
     prefix = re.escape(normalize(package)).replace('\\-', '[-_.]')
     for match in re.finditer(r'(?i)(?<![\w.-])%s-([0-9][\w.+]*?)\.(?:tar\.gz|zip)' % prefix, simple_page or ''):
         versions.add(match.group(1))
-    return sorted(versions, key=lambda v: [int(p) if p.isdigit() else p for p in re.split(r'[.+]', v)])
+    return sorted(versions, key=lambda v: [(0, int(p), '') if p.isdigit() else (1, 0, p) for p in re.split(r'[.+]', v)])
 
 
 def _fail(host, what, fix):
@@ -91,19 +92,20 @@ def _package(settings, device, arch, source, host):
 
 
 def _check_driver(settings, gpu, device, host):
+    """Refuse a cuda install whose driver cannot run the build (vllm_cuda_version; empty: no check)."""
     wanted = settings.get('cuda_version') or ''
-    have = (gpu or {}).get('cuda_driver_version')
     if device != 'cuda' or not wanted:
         return
     try:
-        too_old = not have or version_tuple(have) < version_tuple(wanted)
+        problem = driver_supports(gpu, wanted)
     except ValueError:
-        _fail(host, 'vllm_install_cuda_version %r is not a CUDA version' % wanted, 'use major.minor, such as 12.8')
-    if too_old:
-        _fail(host, 'the vLLM wheel is built for CUDA %s but the NVIDIA driver %s supports CUDA %s at most'
-              % (wanted, (gpu or {}).get('driver_version') or 'unknown', have or 'unknown'),
-              'upgrade the NVIDIA driver to one that supports CUDA %s, or install a vLLM build for CUDA %s'
-              % (wanted, have or 'the driver'))
+        _fail(host, 'vllm_cuda_version %r is not a CUDA version' % wanted, 'use major.minor, such as "12.8"')
+    if problem:
+        fix = 'upgrade the NVIDIA driver to one that supports CUDA %s' % str(wanted).strip()
+        have = (gpu or {}).get('cuda_driver_version')
+        if have:
+            fix += ', or set vllm_cuda_version: "%s" and install a vLLM build for that CUDA' % have
+        _fail(host, problem, fix)
 
 
 def _check_wheelhouse(settings, probes, package, version, arch, host):
@@ -192,7 +194,7 @@ def install_plan(settings, arch, gpu=None, probes=None, host=None, numa=None):
 
     settings: the vllm_install_* role variables without prefix (version, device, package, source, tag,
     root, python, index_url, extra_index_urls, constraints, wheelhouse_dir, remote_wheelhouse_dir,
-    cuda_version, remove_packages: removed from CPU venvs only).
+    cuda_version (from the fleet setting vllm_cuda_version), remove_packages: removed from CPU venvs only).
     probes: what the preflight read from the host and controller: wheelhouse_files (names),
     index_page (text of the simple index page of the package, or None), index_error, toolchain ({tool: bool}),
     and for source builds built_wheels (<cache key>/<file> under the controller's built_wheels_dir),
@@ -255,4 +257,7 @@ def install_plan(settings, arch, gpu=None, probes=None, host=None, numa=None):
         # platform by "cpu" in that version: a metadata-only dist-info provides both.
         'metadata_shim': {'name': 'vllm', 'version': '%s+cpu' % version} if cpu_package else None,
         'cuda_version': settings.get('cuda_version') if device == 'cuda' else None,
+        # How the role runs the installed vLLM's command line.
+        'cli_environment': dict(CLI_ENV),
+        'warnings': list((build or {}).get('warnings') or []),
     }

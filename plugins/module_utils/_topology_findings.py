@@ -15,6 +15,8 @@ or "failure" for the codes the caller lists in fail_on.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.llmops.vllm.plugins.module_utils._cuda import driver_supports, parse_cuda_version
+
 CODES = (
     'too_many_gpus_per_socket',
     'pcie_degraded',
@@ -130,17 +132,14 @@ def check_nodes_without_memory(nodes):
 
 
 def check_cuda_driver(gpu, min_cuda_driver):
-    version = (gpu or {}).get('cuda_driver_version')
-    if not min_cuda_driver or not (gpu or {}).get('available') or not version:
-        return []
-    if version_tuple(version) >= version_tuple(min_cuda_driver):
+    problem = driver_supports(gpu, min_cuda_driver)
+    if not problem:
         return []
     return [_finding(
         'cuda_driver_too_old',
-        'NVIDIA driver %s supports CUDA %s, older than the CUDA %s the vLLM build needs.' % (
-            gpu.get('driver_version'), version, min_cuda_driver),
+        problem + '.',
         'Upgrade the NVIDIA driver to a branch that supports CUDA %s (nvidia-smi shows "CUDA Version"), or '
-        'install the matching cuda-compat package on data-center GPUs.' % min_cuda_driver,
+        'install the matching cuda-compat package on data-center GPUs.' % str(min_cuda_driver).strip(),
         gpus=[d.get('index') for d in _devices(gpu)])]
 
 
@@ -172,15 +171,19 @@ def _merged_options(options):
                 key, ', '.join(unknown), ', '.join(CODES)))
         merged[key] = codes
     merged['max_gpus_per_socket'] = int(merged['max_gpus_per_socket'])
-    if merged['min_cuda_driver'] is not None:
-        version_tuple(merged['min_cuda_driver'])
+    if merged['min_cuda_driver'] is not None and str(merged['min_cuda_driver']).strip():
+        try:
+            parse_cuda_version(merged['min_cuda_driver'])
+        except ValueError as e:
+            raise ValueError('min_cuda_driver: %s' % e) from e
     return merged
 
 
 def topology_findings(gpu, numa, options=None):
     """Return the findings for the gpu and numa facts.
 
-    options: max_gpus_per_socket (default 4), min_cuda_driver ("12.8"; default: no check),
+    options: max_gpus_per_socket (default 4), min_cuda_driver (the CUDA of the vLLM build, "12.8", compared by
+    _cuda.driver_supports; default or empty: no check),
     fail_on (codes whose findings get severity "failure"), ignore (codes to drop).
     Raises ValueError for unknown options or codes.
     """

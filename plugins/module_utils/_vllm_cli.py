@@ -13,6 +13,12 @@ __metaclass__ = type
 
 import re
 
+# vLLM and Hugging Face never reach the hub (models are local paths), and send no usage statistics.
+OFFLINE_ENV = {'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1'}
+QUIET_ENV = {'VLLM_NO_USAGE_STATS': '1', 'DO_NOT_TRACK': '1'}
+# How the collection runs the installed vLLM's command line (vllm serve --help, imports).
+CLI_ENV = dict(OFFLINE_ENV, **QUIET_ENV)
+
 # An option line of argparse's help: two spaces, then the option strings.
 _OPTION_LINE = re.compile(r'^  (-[^ ].*)$')
 _LONG_OPTION = re.compile(r'(?<![\w-])(--[a-z0-9][a-z0-9-]*)')

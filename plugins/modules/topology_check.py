@@ -35,8 +35,12 @@ options:
     default: 4
   min_cuda_driver:
     description:
-      - CUDA version (C(major.minor)) the NVIDIA driver must support, usually the CUDA of the vLLM build.
-      - Not checked when unset or on hosts without GPUs.
+      - CUDA version (C(major.minor), as text) the NVIDIA driver must support, the CUDA of the vLLM build. The role
+        R(llmops.vllm.discovery,ansible_collections.llmops.vllm.discovery_role) passes the fleet setting
+        C(vllm_cuda_version), which R(llmops.vllm.vllm_install,ansible_collections.llmops.vllm.vllm_install_role)
+        also checks, with the same comparison and the same words.
+      - A usable GPU whose driver reports no CUDA version gets the finding V(cuda_driver_too_old) too.
+      - Not checked when unset or empty, or on hosts without a usable GPU.
     type: str
   fail_on:
     description: Finding codes that fail the module instead of warning.
@@ -62,7 +66,7 @@ EXAMPLES = r'''
   llmops.vllm.topology_check:
     gpu: "{{ ansible_facts['gpu'] }}"
     numa: "{{ ansible_facts['numa'] }}"
-    min_cuda_driver: "12.8"
+    min_cuda_driver: "{{ vllm_cuda_version }}"
     fail_on:
       - pcie_degraded
 '''

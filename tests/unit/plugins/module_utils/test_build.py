@@ -130,8 +130,8 @@ def test_kunpeng_cuda_plan_in_full(facts):
                                        '62 nvcc process(es) x NVCC_THREADS=2 = 124 jobs < 128 online CPUs')
     assert plan['memory_mib'] == 515412 and plan['max_jobs_by_memory'] == 124
     assert plan['wheel_glob'] == 'vllm-0.11.0[+-]*_aarch64.whl'
-    assert plan['warnings'] == ["This host's NVIDIA driver supports CUDA up to 12.4: the wheel built with CUDA 12.8 "
-                                'builds here but needs a newer driver to run.']
+    assert plan['warnings'] == ['vLLM is built for CUDA 12.8 but the NVIDIA driver 550.54.15 supports CUDA 12.4 at '
+                                'most: the wheel builds on this host, but runs here only after a driver upgrade.']
 
 
 # --- cache key ------------------------------------------------------------------------------------------------------

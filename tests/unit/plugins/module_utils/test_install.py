@@ -64,6 +64,9 @@ def test_cpu_lab_host_from_wheelhouse(facts):
         'pip_source_args': ['--no-index', '--find-links', '/var/cache/vllm/wheelhouse'], 'build': None,
         'remove_packages': ['torchvision', 'torchaudio', 'torchcodec', 'triton'],
         'metadata_shim': {'name': 'vllm', 'version': '0.32.0+cpu'}, 'cuda_version': None,
+        'cli_environment': {'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1', 'VLLM_NO_USAGE_STATS': '1',
+                            'DO_NOT_TRACK': '1'},
+        'warnings': [],
     }
 
 
@@ -212,5 +215,5 @@ def test_versions_on_index():
 
 
 def test_cuda_version_must_be_major_minor(facts):
-    refusal(facts, X86_8xA800_NVLINK, "vllm_install_cuda_version '12.x' is not a CUDA version",
+    refusal(facts, X86_8xA800_NVLINK, "vllm_cuda_version '12.x' is not a CUDA version",
             source='pypi', package='vllm', version='0.11.0', cuda_version='12.x', probes={})

@@ -104,7 +104,7 @@ def test_missing_facts_give_no_findings(gpu, numa):
     ({'max_gpu_per_socket': 2}, 'unknown option'),
     ({'fail_on': ['pcie_degrade']}, 'unknown finding code'),
     ({'ignore': ['nope']}, 'unknown finding code'),
-    ({'min_cuda_driver': 'twelve'}, 'invalid literal'),
+    ({'min_cuda_driver': 'twelve'}, 'min_cuda_driver: CUDA version .twelve. is not of the form major.minor'),
 ])
 def test_bad_options_raise(options, message):
     with pytest.raises(ValueError, match=message):
