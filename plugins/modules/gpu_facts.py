@@ -28,7 +28,9 @@ description:
 author:
   - llmops.vllm maintainers (@llmops)
 requirements:
-  - nvidia-ml-py (Python module C(pynvml)) on the target, to report GPUs.
+  - nvidia-ml-py (Python module C(pynvml)) in the Python that runs the module on the target, to report GPUs. The
+    C(llmops.vllm.baseline) role installs it in a tools venv on every host (C(llmops_tools_venv)), and the roles
+    of this collection run this module with that venv's Python.
   - The NVIDIA driver (kernel module and C(libnvidia-ml.so.1)) on the target, to report GPUs.
 extends_documentation_fragment:
   - llmops.vllm.attributes
