@@ -17,10 +17,10 @@ from ansible_collections.llmops.vllm.plugins.module_utils._edge import EdgePlanE
 from ansible_collections.llmops.vllm.plugins.module_utils._edge import edge_plan as _edge_plan
 
 
-def edge_plan(instances, settings=None, host=None):
+def edge_plan(serving_plan, settings=None, host=None):
     """Listeners, routes, API key digests and rate limits of a node's edge; see edge_plan.yml."""
     try:
-        return _edge_plan(instances, settings, host)
+        return _edge_plan(serving_plan, settings, host)
     except EdgePlanError as e:
         raise AnsibleFilterError(str(e)) from e
 

@@ -8,9 +8,10 @@
 
 """What the TLS edge of a vLLM node serves: listeners, routes to the local instances, API keys, rate limits.
 
-edge_plan() is the one decision of the edge role. It groups the host's instances by served model name (one
-upstream per model, one per instance for path routes), hashes the API keys (the rendered config never holds a
-key) and turns rate limits into nginx zones. The role renders the result into nginx.conf.
+edge_plan() is the one decision of the edge role. It reads the host's serving plan (each instance's name,
+address, port and served model name, decided there), groups the instances by served model name (one upstream per
+model, one per instance for path routes), hashes the API keys (the rendered config never holds a key) and turns
+rate limits into nginx zones. The role renders the result into nginx.conf.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,7 +26,6 @@ from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._cpulist import format_cpulist, parse_cpulist
 
-_INSTANCE = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
 # Served model names go into nginx and Lua strings: no quotes, spaces, braces or '$'.
 _MODEL = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$')
 _CLIENT = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$')
@@ -91,31 +91,49 @@ def _api_keys(host, keys):
     return result
 
 
-def edge_plan(instances, settings=None, host=None):
+def _tls(host, settings):
+    """The node's certificate, key and CA: the edge_tls_* settings, else the files the pki role issues."""
+    issued = settings.get('pki_files') or {}
+    server = issued.get('server') or {}
+    tls = {
+        'certificate': settings.get('tls_certificate') or server.get('certificate'),
+        'key': settings.get('tls_key') or server.get('key'),
+        'ca': settings.get('tls_ca') or issued.get('ca'),
+    }
+    missing = ['edge_tls_%s' % k for k in ('certificate', 'key', 'ca') if not tls[k]]
+    if missing:
+        _fail(host, '%s %s empty and the pki role issues no server certificate to this host'
+              % (', '.join(missing), 'is' if len(missing) == 1 else 'are'),
+              'run the llmops.vllm.pki role on this host first (site.yml does; the host must be in pki_server_groups), '
+              'or point edge_tls_certificate, edge_tls_key and edge_tls_ca at the node\'s files')
+    return tls
+
+
+def edge_plan(serving_plan, settings=None, host=None):
     """Return the edge of one host, or raise EdgePlanError.
 
-    instances: vllm_instances (name, port, served_model_name). settings: port, listen_addresses, default_address
+    serving_plan: the host's serving plan (llmops.vllm.vllm_serving_plan); its instances' name, address, port and
+    served_model_name are used as they are. settings: port, listen_addresses, default_address
     (the host's default IPv4, used when listen_addresses is empty), vips, api_keys [{name, key}], rate_limit
-    {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty).
+    {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty),
+    tls_certificate, tls_key, tls_ca (empty: from pki_files), pki_files (the pki plan's files of the host).
     """
     settings = dict(settings or {})
     port = settings.get('port')
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         _fail(host, 'edge_port must be a TCP port, got %r' % (port,), 'set edge_port, e.g. 8000')
+    instances = (serving_plan or {}).get('instances') if isinstance(serving_plan, Mapping) else None
     if not instances:
         _fail(host, 'the host has no vLLM instance to route to',
               'define vllm_instances for this host, or remove it from vllm_nodes')
-    routes, models, model_order = [], {}, []
+    routes, models, model_order, metrics_paths = [], {}, [], {}
     for item in instances:
-        name = str(item.get('name') or '')
-        if not _INSTANCE.match(name):
-            _fail(host, 'the instance name %r is not valid' % name, 'see vllm_server: lower-case letters, digits, '
-                  'dashes', instance=name or '?')
-        instance_port = item.get('port')
+        name = item['name']
+        instance_port = item['port']
         if instance_port == port:
             _fail(host, 'port %d is the edge\'s service port (edge_port)' % port,
                   'give the instance a port in vllm_server_port_range, or change edge_port', instance=name)
-        model = str(item.get('served_model_name') or name)
+        model = item['served_model_name']
         if not _MODEL.match(model):
             _fail(host, 'served_model_name %r has characters the edge cannot route safely' % model,
                   'use letters, digits and . _ : / @ + - (at most 128), e.g. meta-llama/Llama-3.1-8B', instance=name)
@@ -124,7 +142,8 @@ def edge_plan(instances, settings=None, host=None):
             model_order.append(model)
         models[model]['instances'].append(name)
         routes.append({'name': name, 'port': instance_port, 'model': model, 'upstream': 'instance_%s' % name,
-                       'address': '127.0.0.1:%d' % instance_port})
+                       'address': '%s:%d' % (item['address'], instance_port)})
+        metrics_paths[name] = '/instances/%s%s' % (name, item['metrics_path'])
     vips = [_address(host, 'vllm_service_vips entry', v) for v in settings.get('vips') or []]
     addresses = [_address(host, 'edge_listen_addresses entry', a) for a in settings.get('listen_addresses') or []]
     if not addresses:
@@ -160,6 +179,7 @@ def edge_plan(instances, settings=None, host=None):
         _fail(host, 'the edge CPUs %r are not a cpulist (%s)' % (settings.get('cpus'), e),
               'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
     default_model = model_order[0] if len(model_order) == 1 else None
+    tls = _tls(host, settings)
     endpoints = ['%s:%d' % ('[%s]' % a if ':' in a else a, port) for a in listen]
     lua = {
         'api_paths': list(API_PATHS),
@@ -177,11 +197,14 @@ def edge_plan(instances, settings=None, host=None):
         'vips': vips,
         'nonlocal_bind': bool(vips),
         'instances': routes,
+        # vLLM's metrics of each instance through the edge (the path route /instances/<name>/...).
+        'metrics_paths': metrics_paths,
         'models': [models[m] for m in model_order],
         'default_model': default_model,
         'api_keys': api_keys,
         'rate_limit': default_limit,
         'client_rate_limits': client_limits,
+        'tls': tls,
         'cpu_affinity': format_cpulist(cpus),
         'worker_processes': len(cpus) if cpus else 'auto',
         'lua_config': json.dumps(lua, sort_keys=True),

@@ -176,8 +176,17 @@ def pki_plan(settings, identity=None, host=None):
         if cert['name'] in seen:
             _fail(host, 'two certificates are named %s' % cert['name'], 'give every client its own name')
         seen.add(cert['name'])
+    by_name = dict((cert['name'], cert) for cert in certificates)
     return {
         'certificates': certificates,
+        # Where the holder finds its files: the CA, its server certificate (None without one), its clients'.
+        'files': {
+            'ca': '%s/ca.crt' % directory,
+            'server': dict((k, by_name['server'][k + '_path']) for k in ('certificate', 'key'))
+            if 'server' in by_name else None,
+            'clients': dict((c['name'], {'certificate': c['certificate_path'], 'key': c['key_path']})
+                            for c in certificates if c['kind'] == 'client'),
+        },
         'not_after': '+%dd' % days,
         'renew_within': '+%dd' % renew,
         'key': key,

@@ -9,8 +9,9 @@
 """What each vLLM instance of a host runs: its systemd unit's command line, environment and pinning.
 
 serving_plan() is the one decision of the vllm_server role: it validates the instances, takes their
-placement from vllm_placement(), translates precision blocks to the installed vLLM's options and renders
-only flags that version has. The role renders and applies the result.
+placement from vllm_placement() (computed once per host, by the role's preflight), translates precision blocks to
+the installed vLLM's options and renders only flags that version has. The role renders and applies the result;
+the edge plan and the node summary read each instance's address, port, served model name and metrics path from it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,8 +25,14 @@ from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
+from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLINE_ENV, QUIET_ENV
 
-_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+# The instance-name rule: the name becomes the systemd unit vllm-<name>.service and the edge's /instances/<name>.
+INSTANCE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+# Instances listen here only; the edge is the node's one way in.
+LOOPBACK = '127.0.0.1'
+# vLLM's Prometheus endpoint on each instance.
+METRICS_PATH = '/metrics'
 DTYPES = ('auto', 'float32', 'float16', 'bfloat16')
 # --quantization methods of vLLM that a site names in inventory; others are refused as typos.
 QUANTIZATIONS = ('awq', 'awq_marlin', 'bitsandbytes', 'compressed-tensors', 'experts_int8', 'fbgemm_fp8', 'fp8',
@@ -34,8 +41,6 @@ QUANTIZATIONS = ('awq', 'awq_marlin', 'bitsandbytes', 'compressed-tensors', 'exp
 _PRECISION_DTYPE = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 _WEIGHT_PRECISIONS = ('int8', 'int4', 'fp8', 'fp16', 'bf16', 'fp32')
 FP8_MIN_CAPABILITY = (8, 9)
-_OFFLINE_ENV = {'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1'}
-_QUIET_ENV = {'VLLM_NO_USAGE_STATS': '1', 'DO_NOT_TRACK': '1'}
 _RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'VLLM_CPU_OMP_THREADS_BIND', 'VLLM_CACHE_ROOT',
                  'TMPDIR', 'HOME')
 
@@ -149,10 +154,11 @@ def _model_src(host, name, item, probes):
               'point model_src at a valid model directory')
 
 
-def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None):
-    """Return {'instances': [...], 'units': [names]} for the host, or raise ServingPlanError.
+def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None):
+    """Return {'instances': [...], 'units': [names], 'warnings': [...]} for the host, or raise ServingPlanError.
 
-    instances: vllm_instances. gpu, numa: facts of gpu_facts and numa_facts.
+    instances: vllm_instances. gpu, numa: facts of gpu_facts and numa_facts. placements: vllm_placement()'s
+    result for these instances and facts (placed here when None).
     install: the vllm local fact of vllm_install (venv, serve_flags, device); before the first install, the
     install plan's prediction with serve_flags None (every flag assumed).
     probes: {'models': {instance name: {'exists': bool, 'config': the model's config.json or None}},
@@ -167,16 +173,21 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
                                'llmops.vllm.vllm_install role on this host first' % label)
     # Before the first install (site.yml's preflight) the flags are not known yet: assume them.
     flags = None if install.get('serve_flags') is None else set(install['serve_flags'])
-    try:
-        placements = vllm_placement(instances, gpu, numa, settings.get('reserved_cpus'), host=label)
-    except PlacementError as e:
-        raise ServingPlanError(str(e)) from e
+    if placements is None:
+        try:
+            placements = vllm_placement(instances, gpu, numa, settings.get('reserved_cpus'), host=label)
+        except PlacementError as e:
+            raise ServingPlanError(str(e)) from e
+    if len(placements or []) != len(instances or []):
+        raise ServingPlanError('host %s: %d placements for %d instances. Fix: place vllm_instances of this host with '
+                               'llmops.vllm.vllm_placement and pass that result' % (label, len(placements or []),
+                                                                                    len(instances or [])))
     low, high = (list(settings.get('port_range') or (8001, 8999)) + [None, None])[:2]
     multi_node = len((numa or {}).get('nodes') or []) > 1
     ports, plans = {}, []
     for item, placement in zip(instances or [], placements):
         name = placement['name']
-        if not _NAME.match(name):
+        if not INSTANCE_NAME.match(name):
             _fail(label, name, 'the name must be lower-case letters, digits and dashes (at most 40), as it names the '
                   'systemd unit', 'rename it, e.g. %s' % re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-'))
         port = _int(label, name, item, 'port', required=True)
@@ -218,7 +229,8 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
                   'drop them from env; pin with cpus/gpus instead')
         plans.append(_instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
                                     max_model_len, port, local, label))
-    return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans]}
+    warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
+    return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans], 'warnings': warnings}
 
 
 def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
@@ -226,7 +238,7 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
     name = placement['name']
     served = item.get('served_model_name') or name
     cache_dir = '%s/%s' % (settings.get('cache_dir') or '/var/cache/vllm/instances', name)
-    argv = ['%s/bin/vllm' % install['venv'], 'serve', item['model'], '--host', '127.0.0.1', '--port', str(port),
+    argv = ['%s/bin/vllm' % install['venv'], 'serve', item['model'], '--host', LOOPBACK, '--port', str(port),
             '--served-model-name', served, '--dtype', dtype]
     if placement['tensor_parallel_size'] > 1:
         argv += ['--tensor-parallel-size', str(placement['tensor_parallel_size'])]
@@ -242,9 +254,9 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         argv += ['--quantization', quantization]
     # HOME too: under ProtectSystem=strict the cache directory is the only place the instance may write.
     env = {'VLLM_CACHE_ROOT': cache_dir, 'TMPDIR': cache_dir + '/tmp', 'HOME': cache_dir}
-    env.update(_QUIET_ENV)
+    env.update(QUIET_ENV)
     if local:
-        env.update(_OFFLINE_ENV)
+        env.update(OFFLINE_ENV)
     if placement['device'] == 'cuda':
         utilization = item.get('gpu_memory_utilization')
         if utilization is not None:
@@ -280,7 +292,10 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
     return {
         'name': name,
         'unit': 'vllm-%s.service' % name,
+        'address': LOOPBACK,
         'port': port,
+        'url': 'http://%s:%d' % (LOOPBACK, port),
+        'metrics_path': METRICS_PATH,
         'served_model_name': served,
         'model': item['model'],
         'model_src': item.get('model_src') or None,

@@ -261,6 +261,43 @@ def test_metrics_with_a_certificate_need_no_api_key(client, node_ip):
     assert status == 200 and "vllm:num_requests_running" in body
 
 
+def documented_fields():
+    """The field names of docs/node-summary.md's tables (top level and instances)."""
+    with open(os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "docs", "node-summary.md")) as f:
+        text = f.read().split("## Fields", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+
+
+def test_the_node_summary_says_what_the_node_serves(client, node, node_ip, tmp_path):
+    """site.yml's preflight publishes llmops_node with every documented field, and each URL and file in it is real."""
+    out = tmp_path / "nodes.json"
+    cmd = ["ansible-playbook", "-i", INVENTORY, os.path.join(SCENARIO, "node_summary.yml"),
+           "-e", "node_summary_file=%s" % out]
+    if os.path.exists(VAULT_PASSWORD):
+        cmd += ["--vault-password-file", VAULT_PASSWORD]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    summary = json.loads(out.read_text())["edge-node"]
+    [instance] = summary["instances"]
+    assert set(summary) | set(instance) == documented_fields()
+    assert summary["host"] == "edge-node" and summary["address"] == node_ip and summary["port"] == 8000
+    assert summary["endpoints"] == ["%s:8000" % node_ip] and summary["vips"] == [VIP]
+    assert summary["vip_endpoints"] == ["%s:8000" % VIP] and summary["models"] == ["tiny-llama"]
+    assert (instance["name"], instance["model"], instance["unit"]) == ("tiny", "tiny-llama", "vllm-tiny.service")
+    assert instance["loopback_url"] == "http://127.0.0.1:8101" and instance["device"] == "cpu"
+    assert instance["cpus"] == "1" and instance["gpus"] == [] and instance["numa_nodes"] == [0]
+    # Each address in it answers as documented.
+    status, _headers, body = curl(client, instance["metrics_url"], key=None)
+    assert status == 200 and "vllm:num_requests_running" in body
+    assert curl(client, summary["health_url"], key=None)[0] == 200
+    fetch = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + '/v1/models').read().decode())"
+    assert "tiny-llama" in node.check_output("python3 -c %s %s", fetch, instance["loopback_url"])
+    for path in [summary["audit_log"]] + sorted(summary["tls"].values()):
+        assert node.file(path).is_file, path
+    assert summary["drain_file"] == "/var/lib/llmops-vllm/edge/draining"
+
+
 def test_a_rate_limited_client_gets_429_and_others_do_not(client, node_ip):
     models = "https://%s:8000/v1/models" % node_ip
     statuses = [curl(client, models, cert="molecule-limited")[0] for _attempt in range(4)]

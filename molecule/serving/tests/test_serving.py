@@ -176,11 +176,13 @@ def kunpeng_facts(tmp_path):
     return gpu, numa, vllm_placement(GPU_INSTANCES, gpu, numa)
 
 
-def test_gpu_units_render_from_recorded_kunpeng_facts(host, tmp_path):
-    """The only fake is the facts: the role renders real units for 8 GPUs on this host, never starts them."""
-    gpu, numa, placements = kunpeng_facts(tmp_path)
+def render_gpu(host, tmp_path, instances, *args, **install):
+    """Run render_gpu.yml with the recorded Kunpeng facts and these instances (install: overrides of the recorded
+    install, such as venv); returns the finished process."""
+    gpu, numa = kunpeng_facts(tmp_path / "render")[:2]
     installed = json.loads(host.file("/etc/ansible/facts.d/vllm.fact").content_string)
-    facts = {"gpu": gpu, "numa": numa, "ansible_local": {"vllm": dict(installed, device="cuda", package="vllm")}}
+    installed = dict(installed, device="cuda", package="vllm", **install)
+    facts = {"gpu": gpu, "numa": numa, "ansible_local": {"vllm": installed}}
     fixture = tmp_path / "facts.json"
     fixture.write_text(json.dumps(facts))
     config = {"max_position_embeddings": 8192, "quantization_config": {"quant_method": "gptq", "bits": 8}}
@@ -188,10 +190,50 @@ def test_gpu_units_render_from_recorded_kunpeng_facts(host, tmp_path):
              json.dumps(config))
     cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
            os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "render_gpu.yml"), "--skip-tags", "vllm_server_run",
-           "-e", json.dumps({"fixture_file": str(fixture), "gpu_instances": GPU_INSTANCES,
-                             "vllm_server_nccl_env": {"NCCL_IB_DISABLE": "1"}})]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+           "-e", json.dumps({"fixture_file": str(fixture), "gpu_instances": instances,
+                             "vllm_server_nccl_env": {"NCCL_IB_DISABLE": "1"}}), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+
+
+def test_a_cross_socket_tensor_parallel_group_is_warned_of_and_summarised(host, tmp_path):
+    """TP 8 over the 4 + 4 A100s of two sockets without NVLink: the preflight shows the placement's warning as an
+    Ansible warning naming host and instance, and the closing summary lists it again. Check mode: nothing lands."""
+    wide = [{"name": "gpu-wide", "model": "/models/llama-70b-w8a16", "port": 8203, "tensor_parallel_size": 8,
+             "dtype": "float16"}]
+    try:
+        result = render_gpu(host, tmp_path, wide, "--check")
+        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+        # Ansible shows warnings on stderr, wrapped at the terminal's width: compare with whitespace collapsed.
+        shown = " ".join(result.stderr.split())
+        summary = " ".join(result.stdout.split("TASK [List the run's warnings]", 1)[1].split())
+        line = ("host serving-node: vllm_server: instance gpu-wide: the tensor-parallel group of GPUs 0, 1, 2, 3, 4, "
+                "5, 6, 7 spans sockets 0 and 1 without NVLink")
+        assert "[WARNING]: " + line in shown, shown[-5000:]
+        assert line in summary, summary
+        assert not host.file("/etc/systemd/system/vllm-gpu-wide.service").exists
+    finally:
+        host.run("rm -rf /models")
+
+
+def test_a_unit_that_systemd_refuses_never_lands(host, tmp_path):
+    """systemd-analyze verify checks the rendered unit before it is installed: an ExecStart that is not there
+    (a vLLM venv that does not exist) fails the run, and no unit file is left to start on a later run."""
+    instance = [dict(GPU_INSTANCES[1], name="gpu-refused")]
+    try:
+        result = render_gpu(host, tmp_path, instance, venv="/opt/vllm/not-installed/venv")
+        output = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0, output[-3000:]
+        assert "failed to validate" in output and "/opt/vllm/not-installed/venv/bin/vllm" in output, output[-3000:]
+        assert not host.file("/etc/systemd/system/vllm-gpu-refused.service").exists
+    finally:
+        host.run("rm -rf /models")
+
+
+def test_gpu_units_render_from_recorded_kunpeng_facts(host, tmp_path):
+    """The only fake is the facts: the role renders real units for 8 GPUs on this host, never starts them."""
+    placements = kunpeng_facts(tmp_path)[2]
+    result = render_gpu(host, tmp_path, GPU_INSTANCES)
     try:
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
         paths = []

@@ -30,11 +30,14 @@ def test_pki_plan_filter():
 
 def test_edge_plan_filter():
     [name] = edge.FilterModule().filters()
-    instances = [{'name': 'tiny', 'port': 8101}]
-    result = edge.FilterModule().filters()[name](instances, {'port': 8000, 'default_address': '10.0.0.1'}, 'n1')
+    serving = {'instances': [{'name': 'tiny', 'port': 8101, 'served_model_name': 'tiny', 'address': '127.0.0.1',
+                              'metrics_path': '/metrics'}]}
+    settings = {'port': 8000, 'default_address': '10.0.0.1', 'tls_certificate': '/s.crt', 'tls_key': '/s.key',
+                'tls_ca': '/ca.crt'}
+    result = edge.FilterModule().filters()[name](serving, settings, 'n1')
     assert name == 'edge_plan' and result['listen'] == ['10.0.0.1']
     with pytest.raises(AnsibleFilterError, match='host n1: edge: the host has no vLLM instance'):
-        edge.edge_plan([], {'port': 8000}, host='n1')
+        edge.edge_plan({'instances': []}, {'port': 8000}, host='n1')
 
 
 @pytest.mark.parametrize('module, doc', [(pki, 'pki_plan.yml'), (edge, 'edge_plan.yml')])

@@ -15,7 +15,10 @@ from ansible_collections.llmops.vllm.plugins.module_utils._edge import EdgePlanE
 
 KEY = 'k' * 40
 SETTINGS = {'port': 8000, 'default_address': '10.20.1.11', 'listen_addresses': [], 'vips': [], 'api_keys': [],
-            'rate_limit': {}, 'client_rate_limits': [], 'cpus': ''}
+            'rate_limit': {}, 'client_rate_limits': [], 'cpus': '',
+            'pki_files': {'ca': '/etc/llmops-vllm/pki/ca.crt',
+                          'server': {'certificate': '/etc/llmops-vllm/pki/server.crt',
+                                     'key': '/etc/llmops-vllm/pki/server.key'}}}
 LAB = [{'name': 'tiny', 'port': 8101, 'served_model_name': 'tiny-llama', 'model': '/var/lib/vllm/models/tiny'}]
 # Two models on one node; llama is served by two instances (one per socket).
 NODE = [
@@ -25,8 +28,15 @@ NODE = [
 ]
 
 
+def serving(instances):
+    """The serving plan's view of the instances: what vllm_serving_plan decides for each."""
+    decided = {'address': '127.0.0.1', 'metrics_path': '/metrics'}
+    return {'instances': [dict(decided, served_model_name=i['name'], **i) if 'served_model_name' not in i
+                          else dict(decided, **i) for i in instances]}
+
+
 def plan(instances=None, **settings):
-    return edge_plan(LAB if instances is None else instances, dict(SETTINGS, **settings), host='gpu-node01')
+    return edge_plan(serving(LAB if instances is None else instances), dict(SETTINGS, **settings), host='gpu-node01')
 
 
 def refused(instances, *fragments, **settings):
