@@ -39,6 +39,8 @@ RECIPE = [
     "ansible.cfg",
 ]
 PLUGIN_NAME = re.compile(r"\bllmops\.vllm\.(\w+)")
+# Another role's task file that the role includes: include_role/import_role with name and tasks_from.
+ROLE_INCLUDE = re.compile(r"\bname:\s*llmops\.vllm\.(\w+)\s*\n\s*tasks_from:\s*(\w+)")
 MODULE_UTIL = re.compile(r"\bplugins\.module_utils\.(_\w+)")
 # Removed before the commit: the unpacked wheelhouse (the install is done), package lists, Ansible's leftovers.
 CLEANUP = """rm -rf /var/cache/vllm/wheelhouse /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /root/.ansible \
@@ -55,9 +57,10 @@ def plugins_of(repo, texts):
     found = set()
     filters = sorted((repo / "plugins" / "filter").glob("*.py"))
     for name in names:
-        module = repo / "plugins" / "modules" / (name + ".py")
-        if module.is_file():
-            found.add(module)
+        for kind in ("modules", "action"):
+            plugin = repo / "plugins" / kind / (name + ".py")
+            if plugin.is_file():
+                found.add(plugin)
         found.update(f for f in filters if re.search(r"['\"]%s['\"]\s*:" % re.escape(name), f.read_text()))
     todo = list(found)
     while todo:
@@ -69,9 +72,20 @@ def plugins_of(repo, texts):
     return found
 
 
+def included(repo, texts):
+    """The task files of other roles that the texts include (tasks_from), with those roles' defaults."""
+    found = set()
+    for text in texts:
+        for role, tasks in ROLE_INCLUDE.findall(text):
+            base = repo / "roles" / role
+            found.update(p for p in (base / "tasks" / (tasks + ".yml"), base / "defaults" / "main.yml") if p.is_file())
+    return found
+
+
 def inputs(repo=REPO):
     """The files the tag is made of, relative to the repository, sorted."""
     role = [p for p in (repo / ROLE).rglob("*") if p.is_file()]
+    role += sorted(included(repo, [p.read_text() for p in role]))
     plugins = plugins_of(repo, [p.read_text() for p in role] + [(repo / "lab/node-image/provision.yml").read_text()])
     return sorted({p.relative_to(repo).as_posix() for p in role + list(plugins)} | set(RECIPE))
 
