@@ -84,14 +84,28 @@ def wait_for_systemd(host, attempts=60):
     sys.exit("lab: systemd in %s did not come up (last state %r)" % (host, state))
 
 
+def remove(*containers, attempts=3):
+    """podman rm --force, retried: under load a container can still be stopping when the first rm runs."""
+    if not containers:
+        return
+    for attempt in range(1, attempts + 1):
+        result = podman("rm", "--force", "--time", "5", *containers, check=False, capture=True)
+        left = [name for name in containers if exists("container", name)]
+        if not left:
+            return
+        if attempt == attempts:
+            sys.exit("lab: podman rm %s failed (exit %d): %s"
+                     % (" ".join(left), result.returncode, result.stderr.strip()))
+        podman("kill", *left, check=False, capture=True)
+        run("sleep", "2")
+
+
 def down(hosts, hostvars):
-    for host in hosts:
-        if exists("container", host):
-            podman("rm", "--force", "--time", "5", host, capture=True)
+    remove(*[host for host in hosts if exists("container", host)])
     # Also anything labelled as ours that the inventory no longer lists.
     leftovers = podman("ps", "-aq", "--filter", "label=" + LABEL, capture=True).stdout.split()
     if leftovers:
-        podman("rm", "--force", "--time", "5", *leftovers, capture=True)
+        remove(*leftovers)
     network = hostvars[hosts[0]]["lab_network"]
     if exists("network", network):
         podman("network", "rm", network, capture=True)
