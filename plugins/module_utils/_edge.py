@@ -10,8 +10,9 @@
 
 edge_plan() is the one decision of the edge role. It reads the host's serving plan (each instance's name,
 address, port and served model name, decided there), groups the instances by served model name (one upstream per
-model, one per instance for path routes), hashes the API keys (the rendered config never holds a key) and turns
-rate limits into nginx zones. The role renders the result into nginx.conf.
+model, one per instance for path routes), hashes the API keys (the rendered config never holds a key), turns
+rate limits into nginx zones and checks the fault injection (edge_fault_injection, off by default). The role
+renders the result into nginx.conf.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -33,6 +34,17 @@ _RATE = re.compile(r'^[1-9][0-9]{0,6}r/[sm]$')
 MIN_API_KEY_LENGTH = 32
 # vLLM's inference endpoints besides /v1/*: the only ones the edge exposes (no /server_info, /sleep, ...).
 API_PATHS = ('/tokenize', '/detokenize', '/version', '/pooling', '/classify', '/score', '/rerank')
+# The edge's own counters (Prometheus text), read by the LVS directors' circuit breaker and by Prometheus.
+STATS_PATH = '/edge/metrics'
+# Fault injection: what a client request that is picked is answered with, unless edge_fault_injection says.
+FAULT_KEYS = ('share', 'status', 'paths')
+DEFAULT_FAULT_STATUS = 503
+# nginx's own codes for "closed without an answer" (444) and "the client went away" (499).
+NGINX_NO_ANSWER = (444, 499)
+# The model API paths (the requests the edge routes to vLLM): what fault injection picks from by default.
+# For /instances/<name>/<path>, <path> is matched.
+MODEL_API_PATHS = ('/v1/',) + API_PATHS
+_FAULT_PATH = re.compile(r'^/[A-Za-z0-9._/-]{0,127}$')
 
 
 class EdgePlanError(ValueError):
@@ -91,6 +103,51 @@ def _api_keys(host, keys):
     return result
 
 
+def _fault_injection(host, fault):
+    """edge_fault_injection as the Lua module reads it, or None when it is off (empty)."""
+    if fault is None or (isinstance(fault, Mapping) and not fault):
+        return None
+    if not isinstance(fault, Mapping):
+        _fail(host, 'edge_fault_injection must be a dict like {share: 0.1, status: 503}, got %r' % (fault,),
+              'correct edge_fault_injection, or set it to {} to turn fault injection off')
+    unknown = sorted(str(k) for k in fault if k not in FAULT_KEYS)
+    if unknown:
+        _fail(host, 'edge_fault_injection has unknown keys %s' % ', '.join(unknown),
+              'use only share, status and paths, e.g. {share: 0.1, status: 503}')
+    share = fault.get('share')
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        _fail(host, 'edge_fault_injection share must be a number above 0 and at most 1 (the fraction of client '
+              'requests answered with the fault), got %r' % (share,),
+              'set share, e.g. 0.1 for one request in ten, or set edge_fault_injection to {} to turn it off')
+    status = fault.get('status', DEFAULT_FAULT_STATUS)
+    if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+        _fail(host, 'edge_fault_injection status must be an HTTP error status from 400 to 599, got %r' % (status,),
+              'set status, e.g. 503, or leave it out for 503')
+    if status in NGINX_NO_ANSWER:
+        _fail(host, 'edge_fault_injection status %d is nginx\'s code for a connection without an answer, not a '
+              'status a client can get' % status, 'set status to an HTTP error such as 500, 502, 503 or 429')
+    paths = fault.get('paths')
+    if paths is None:
+        paths = list(MODEL_API_PATHS)
+    else:
+        if isinstance(paths, str) or not isinstance(paths, (list, tuple)) or not paths:
+            _fail(host, 'edge_fault_injection paths must be a non-empty list of path prefixes, got %r' % (paths,),
+                  'list model API paths such as [/v1/chat/completions], or leave paths out for the whole model API')
+        for path in paths:
+            if not isinstance(path, str) or not _FAULT_PATH.match(path):
+                _fail(host, 'edge_fault_injection paths entry %r is not a path' % (path,),
+                      'write a path prefix such as /v1/completions (letters, digits and . _ - /)')
+            # /v1/models is the edge's own answer; /health and the counters are never faulted.
+            if path == '/v1/models' or not (path.startswith('/v1/')
+                                           or any(p.startswith(path) for p in MODEL_API_PATHS)):
+                _fail(host, 'edge_fault_injection paths entry %s is not a model API path (only requests routed to '
+                      'vLLM are faulted: %s; never /v1/models, /health or %s)'
+                      % (path, ', '.join(p + '...' if p.endswith('/') else p for p in MODEL_API_PATHS), STATS_PATH),
+                      'remove it, or name a model API path such as /v1/chat/completions')
+        paths = list(paths)
+    return {'share': float(share), 'status': status, 'paths': paths}
+
+
 def _tls(host, settings):
     """The node's certificate, key and CA: the edge_tls_* settings, else the files the pki role issues."""
     issued = settings.get('pki_files') or {}
@@ -99,6 +156,8 @@ def _tls(host, settings):
         'certificate': settings.get('tls_certificate') or server.get('certificate'),
         'key': settings.get('tls_key') or server.get('key'),
         'ca': settings.get('tls_ca') or issued.get('ca'),
+        # The names the pki role put in the certificate; unknown (None) for a certificate of edge_tls_certificate.
+        'subject_alt_names': None if settings.get('tls_certificate') else server.get('subject_alt_names'),
     }
     missing = ['edge_tls_%s' % k for k in ('certificate', 'key', 'ca') if not tls[k]]
     if missing:
@@ -116,7 +175,8 @@ def edge_plan(serving_plan, settings=None, host=None):
     served_model_name are used as they are. settings: port, listen_addresses, default_address
     (the host's default IPv4, used when listen_addresses is empty), vips, api_keys [{name, key}], rate_limit
     {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty),
-    tls_certificate, tls_key, tls_ca (empty: from pki_files), pki_files (the pki plan's files of the host).
+    tls_certificate, tls_key, tls_ca (empty: from pki_files), pki_files (the pki plan's files of the host),
+    fault_injection ({share, status, paths} or empty for off).
     """
     settings = dict(settings or {})
     port = settings.get('port')
@@ -180,6 +240,7 @@ def edge_plan(serving_plan, settings=None, host=None):
               'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
     default_model = model_order[0] if len(model_order) == 1 else None
     tls = _tls(host, settings)
+    fault = _fault_injection(host, settings.get('fault_injection'))
     endpoints = ['%s:%d' % ('[%s]' % a if ':' in a else a, port) for a in listen]
     lua = {
         'api_paths': list(API_PATHS),
@@ -188,6 +249,7 @@ def edge_plan(serving_plan, settings=None, host=None):
         'default_model': default_model,
         'instances': dict((r['name'], {'upstream': r['upstream'], 'model': r['model']}) for r in routes),
         'api_keys': dict((k['sha256'], k['name']) for k in api_keys),
+        'fault': fault,
     }
     return {
         'port': port,
@@ -199,11 +261,14 @@ def edge_plan(serving_plan, settings=None, host=None):
         'instances': routes,
         # vLLM's metrics of each instance through the edge (the path route /instances/<name>/...).
         'metrics_paths': metrics_paths,
+        # The edge's own counters (llmops_edge_responses_total{class=...}, ...), for the breaker and Prometheus.
+        'stats_path': STATS_PATH,
         'models': [models[m] for m in model_order],
         'default_model': default_model,
         'api_keys': api_keys,
         'rate_limit': default_limit,
         'client_rate_limits': client_limits,
+        'fault_injection': fault,
         'tls': tls,
         'cpu_affinity': format_cpulist(cpus),
         'worker_processes': len(cpus) if cpus else 'auto',

@@ -64,6 +64,7 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
         'vips': vips,
         'vip_endpoints': [e for a, e in zip(edge_plan['listen'], edge_plan['endpoints']) if a in vips],
         'health_url': _https(node, '/health'),
+        'stats_url': _https(node, edge_plan['stats_path']),
         'drain_file': settings.get('drain_file'),
         'models': [m['name'] for m in edge_plan['models']],
         'instances': instances,

@@ -182,7 +182,8 @@ def pki_plan(settings, identity=None, host=None):
         # Where the holder finds its files: the CA, its server certificate (None without one), its clients'.
         'files': {
             'ca': '%s/ca.crt' % directory,
-            'server': dict((k, by_name['server'][k + '_path']) for k in ('certificate', 'key'))
+            'server': dict([(k, by_name['server'][k + '_path']) for k in ('certificate', 'key')]
+                           + [('subject_alt_names', list(by_name['server']['subject_alt_name']))])
             if 'server' in by_name else None,
             'clients': dict((c['name'], {'certificate': c['certificate_path'], 'key': c['key_path']})
                             for c in certificates if c['kind'] == 'client'),

@@ -1,6 +1,7 @@
 """Verify the PKI and the TLS edge in front of a real vLLM CPU instance, from a client container.
 
-The tests run in file order; the last ones re-run the play (secrets under -vvv, certificate rotation under load).
+The tests run in file order; the last ones re-run the play (secrets under -vvv, certificate rotation under load,
+fault injection on and off).
 """
 
 import datetime
@@ -28,6 +29,11 @@ PROMPT = "audit-canary-7f3a: this prompt must never reach a log"
 CERTS = "/etc/edge-test"  # on the client
 # Request ids the tests sent, each expected once in the audit log.
 SENT = []
+# The edge's counters (the edge plan's stats_path); like /health, reads of them are not audited (the default).
+STATS_PATH = "/edge/metrics"
+CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx", "none")
+FAULT_BODY = {"error": {"message": "fault injected by the edge (edge_fault_injection)", "type": "fault_injection",
+                        "code": 503}}
 
 
 def scenario_vars(group):
@@ -140,7 +146,7 @@ def curl(client, url, cert="molecule-client", key=API_KEY, body=None, method=Non
     head, _blank, text = out.partition("\r\n\r\n")
     headers = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if ": " in line)
     headers = {k.lower(): v for k, v in headers.items()}
-    if headers.get("x-request-id") and not url.endswith("/health"):  # probes are not audited (the default)
+    if headers.get("x-request-id") and not url.endswith(("/health", STATS_PATH)):  # probes: not audited (default)
         SENT.append(headers["x-request-id"])
     return int(status or 0), headers, text if result.rc == 0 else result.stderr
 
@@ -182,6 +188,19 @@ def test_client_certificates_have_meaningful_subjects():
     assert cert.subject.rfc4514_string() == "CN=molecule-client,OU=applications,O=llmops.vllm"
     usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_the_node_is_an_lvs_direct_routing_real_server(node):
+    """The VIP on lo (a boot unit), and ARP for it left to the directors, persisted in sysctl.d."""
+    assert "inet %s/32 scope global lo" % VIP in node.check_output("ip -4 address show dev lo")
+    unit = node.service("llmops-vllm-vips")
+    assert unit.is_enabled and unit.is_running
+    persisted = node.file("/etc/sysctl.d/60-llmops-vllm-lvs-dr.conf").content_string
+    for setting in ("net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
+                    "net.ipv4.conf.all.rp_filter=2"):
+        name, value = setting.split("=")
+        assert setting in persisted.replace(" ", "")
+        assert node.check_output("sysctl -n %s", name) == value
 
 
 def test_the_edge_listens_on_the_node_and_the_vip_and_vllm_on_loopback_only(node, node_ip, client):
@@ -250,7 +269,7 @@ def test_a_valid_certificate_with_a_bad_api_key_gets_401(client, node_ip, key):
     assert headers["www-authenticate"].startswith("Bearer") and "API key" in body
 
 
-@pytest.mark.parametrize("path", ["/instances/tiny/metrics", "/metrics"])
+@pytest.mark.parametrize("path", ["/instances/tiny/metrics", "/metrics", STATS_PATH])
 def test_metrics_without_a_certificate_are_refused(client, node_ip, path):
     status, _headers, body = curl(client, "https://%s:8000%s" % (node_ip, path), cert=None, key=None)
     assert status == 400 and "vllm:" not in body
@@ -259,6 +278,71 @@ def test_metrics_without_a_certificate_are_refused(client, node_ip, path):
 def test_metrics_with_a_certificate_need_no_api_key(client, node_ip):
     status, _headers, body = curl(client, "https://%s:8000/instances/tiny/metrics" % node_ip, key=None)
     assert status == 200 and "vllm:num_requests_running" in body
+
+
+def edge_counters(client, node_ip):
+    """{series: value} of the edge's counters, read as the breaker does: the client certificate, no API key."""
+    status, headers, body = curl(client, "https://%s:8000%s" % (node_ip, STATS_PATH), key=None)
+    assert status == 200, body
+    assert headers["content-type"].startswith("text/plain; version=0.0.4"), headers
+    counters, families = {}, set()
+    for line in body.splitlines():
+        if line.startswith("# TYPE "):
+            _hash, _type, name, kind = line.split()
+            assert kind == "counter", line
+            families.add(name)
+        elif line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            assert re.match(r'^[a-z_]+(\{class="[0-9a-z]+"\})?$', series), line
+            counters[series] = float(value)
+    assert families == {"llmops_edge_responses_total", "llmops_edge_upstream_errors_total",
+                        "llmops_edge_fault_injected_total"}, body
+    # Every class from the first scrape on, zeros included.
+    assert {'llmops_edge_responses_total{class="%s"}' % c for c in CLASSES} <= set(counters), body
+    return counters
+
+
+def counted(before, after):
+    """What changed between two reads: {class or counter: increase}, without the unchanged ones."""
+    def short(series):
+        match = re.match(r'^llmops_edge_responses_total\{class="(.+)"\}$', series)
+        return match.group(1) if match else series
+    return {short(s): after[s] - before.get(s, 0) for s in after if after[s] != before.get(s, 0)}
+
+
+def test_the_counters_count_answers_by_status_class(client, node_ip):
+    before = edge_counters(client, node_ip)
+    completions = "https://%s:8000/v1/completions" % node_ip
+    for _attempt in range(3):
+        assert curl(client, completions, body=completion_body())[0] == 200
+    # A model the node does not serve, and a bad API key: 4xx.
+    assert curl(client, completions, body=completion_body("gpt-17"))[0] == 404
+    assert curl(client, completions, key="wrong-key-but-long-enough-0123456789abcdef", body=completion_body())[0] == 401
+    # Paths outside the client-traffic locations are not counted.
+    assert curl(client, "https://%s:8000/server_info" % node_ip)[0] == 404
+    after = edge_counters(client, node_ip)
+    # Reading the counters counts nothing itself.
+    assert counted(before, after) == {"2xx": 3, "4xx": 2}
+
+
+def test_health_probes_and_refused_requests_do_not_change_the_counters(client, node_ip):
+    before = edge_counters(client, node_ip)
+    for _attempt in range(3):
+        assert curl(client, "https://%s:8000/health" % node_ip, key=None)[0] == 200
+    assert curl(client, "https://%s:8000/v1/completions" % node_ip, cert=None, body=completion_body())[0] == 400
+    assert edge_counters(client, node_ip) == before
+
+
+def test_the_counters_survive_a_reload(client, node, node_ip):
+    before = edge_counters(client, node_ip)
+    assert before['llmops_edge_responses_total{class="2xx"}'] >= 3
+    master = node.check_output("cat /run/nginx.pid")
+    workers = set(node.check_output("pgrep -P %s", master).split())
+    node.check_output("systemctl reload nginx")
+    # Only new workers answer from here on (an old one would still see the zone it had).
+    assert wait_for(lambda: not workers & set(node.check_output("pgrep -P %s", master).split()), timeout=60, step=1)
+    assert node.check_output("cat /run/nginx.pid") == master
+    assert edge_counters(client, node_ip) == before
 
 
 def documented_fields():
@@ -293,8 +377,11 @@ def test_the_node_summary_says_what_the_node_serves(client, node, node_ip, tmp_p
     assert curl(client, summary["health_url"], key=None)[0] == 200
     fetch = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + '/v1/models').read().decode())"
     assert "tiny-llama" in node.check_output("python3 -c %s %s", fetch, instance["loopback_url"])
-    for path in [summary["audit_log"]] + sorted(summary["tls"].values()):
+    status, _headers, body = curl(client, summary["stats_url"], key=None)
+    assert status == 200 and 'llmops_edge_responses_total{class="5xx"}' in body
+    for path in [summary["audit_log"]] + [summary["tls"][k] for k in ("certificate", "key", "ca")]:
         assert node.file(path).is_file, path
+    assert "IP:%s" % VIP in summary["tls"]["subject_alt_names"]
     assert summary["drain_file"] == "/var/lib/llmops-vllm/edge/draining"
 
 
@@ -339,7 +426,7 @@ def test_the_audit_log_has_one_json_line_per_request_and_no_prompt(node):
         assert ids.count(request_id) == 1, request_id
     fields = {"time", "request_id", "client_subject", "client_serial", "model", "method", "path", "status",
               "request_bytes", "response_bytes", "upstream_time", "upstream", "instance", "prompt_tokens",
-              "completion_tokens"}
+              "completion_tokens", "fault"}
     assert all(fields <= set(line) for line in lines)
     completions = [line for line in lines if line["path"] == "/v1/completions" and line["status"] == 200]
     assert completions
@@ -349,10 +436,14 @@ def test_the_audit_log_has_one_json_line_per_request_and_no_prompt(node):
         assert line["model"] == "tiny-llama" and line["instance"] == "tiny" and line["upstream"] == "127.0.0.1:8101"
         assert line["completion_tokens"] in (2, 4) and line["prompt_tokens"] > 0
         assert line["request_bytes"] > 0 and line["response_bytes"] > 0 and line["upstream_time"] >= 0
+        assert line["fault"] is False
     refused = [line for line in lines if line["status"] == 400]
     assert {line["client_verify"].split(":")[0] for line in refused} >= {"NONE", "FAILED"}
     limited = [line["status"] for line in lines if line["client_subject"].startswith("CN=molecule-limited")]
     assert limited.count(429) == 2, limited
+    # Neither the breaker's reads of the counters nor faults (none injected yet) are in it (refused reads are).
+    assert not [line for line in lines
+                if (line["path"] == STATS_PATH and line["client_verify"] == "SUCCESS") or line["fault"] is not False]
     assert "audit-canary" not in node.file("/var/log/llmops-vllm/edge-audit.log").content_string
     assert node.run("grep -rl audit-canary /var/log").stdout == ""
 
@@ -458,3 +549,43 @@ def test_a_check_run_after_the_rotation_changes_nothing():
     output = play("--check", *ROTATE)
     assert re.search(r"^edge-node\s+: ok=\d+\s+changed=0\s", output, re.M), output[-4000:]
     assert re.search(r"^edge-client\s+: ok=\d+\s+changed=0\s", output, re.M), output[-4000:]
+
+
+# Fault injection for the game day: every completion (share 1.0) answered 503 by the edge itself.
+FAULT = ["-e", json.dumps({"edge_fault_injection": {"share": 1.0, "status": 503}})]
+
+
+def test_fault_injection_answers_the_model_api_until_it_is_removed(client, node, node_ip):
+    completions = "https://%s:8000/v1/completions" % node_ip
+    try:
+        output = play(*ROTATE, *FAULT)
+        assert "RUNNING HANDLER [llmops.vllm.edge : Reload nginx]" in output
+        # The reload is done once a new connection gets the fault.
+        assert wait_for(lambda: curl(client, completions, body=completion_body())[0] == 503, timeout=30, step=1)
+        before = edge_counters(client, node_ip)
+        faulted = []
+        for url in [completions] * 3 + ["https://%s:8000/instances/tiny/v1/completions" % node_ip]:
+            status, headers, body = curl(client, url, body=completion_body())
+            assert status == 503 and json.loads(body) == FAULT_BODY, body
+            assert headers["content-type"] == "application/json"
+            faulted.append(headers["x-request-id"])
+        # The edge's own answers and the probes are never faulted; the API key is still checked first.
+        assert curl(client, "https://%s:8000/health" % node_ip, key=None)[0] == 200
+        assert curl(client, "https://%s:8000/v1/models" % node_ip)[0] == 200
+        assert curl(client, "https://%s:8000/instances/tiny/metrics" % node_ip, key=None)[0] == 200
+        assert curl(client, completions, key=None, body=completion_body())[0] == 401
+        after = edge_counters(client, node_ip)
+        assert counted(before, after) == {"5xx": 4, "llmops_edge_fault_injected_total": 4, "2xx": 2, "4xx": 1}
+        # Audited as usual, with the injected status.
+        lines = {line["request_id"]: line for line in audit_lines(node)}
+        for request_id in faulted:
+            line = lines[request_id]
+            assert line["status"] == 503 and line["fault"] is True and line["api_key"] == "molecule-app", line
+            assert line["upstream"] == "" and line["model"] == "", line
+    finally:
+        play(*ROTATE)
+    # Off again: completions are served, and no fault is counted any more.
+    assert wait_for(lambda: curl(client, completions, body=completion_body())[0] == 200, timeout=30, step=1)
+    before = edge_counters(client, node_ip)
+    assert curl(client, completions, body=completion_body())[0] == 200
+    assert counted(before, edge_counters(client, node_ip)) == {"2xx": 1}

@@ -1,4 +1,5 @@
--- llmops.vllm edge: API keys, routing by model or path, and token accounting for the audit log.
+-- llmops.vllm edge: API keys, routing by model or path, token accounting for the audit log, response counters
+-- per status class (/edge/metrics) and fault injection (edge_fault_injection, off by default).
 -- The routing table comes from nginx.conf (init_by_lua_block), rendered from the edge_plan filter.
 local cjson = require "cjson.safe"
 local ffi = require "ffi"
@@ -10,6 +11,11 @@ local conf = { models = {}, model_names = {}, instances = {}, api_keys = {}, api
 local api_paths = {}
 local digest_buf = ffi.new("unsigned char[32]")
 local TAIL = 4096
+-- The counters live in this lua_shared_dict (nginx.conf): shared by the workers, kept over a reload.
+local STATS = "llmops_edge_stats"
+-- Status classes; "none": the client went away before any answer (status 0, logged as 000).
+local CLASSES = { "1xx", "2xx", "3xx", "4xx", "5xx", "none" }
+local FAULT_MESSAGE = "fault injected by the edge (edge_fault_injection)"
 
 function _M.configure(json)
   local parsed, err = cjson.decode(json)
@@ -23,6 +29,9 @@ function _M.configure(json)
   end
   if conf.default_model == cjson.null then
     conf.default_model = nil
+  end
+  if conf.fault == cjson.null then
+    conf.fault = nil
   end
 end
 
@@ -88,9 +97,37 @@ local function body_model()
   return model
 end
 
+-- Fault injection: the configured share of the model API requests whose path (for /instances/<name>/<path>,
+-- <path>) starts with one of the fault's paths gets the configured status, evenly spread (a shared counter, not
+-- dice: 0.1 is every tenth request, so any window sees the configured share). After mTLS, rate limits and the
+-- API key (those answers stay as they are), before routing: vLLM sees nothing of a faulted request.
+local function inject_fault(path)
+  local fault = conf.fault
+  if not fault then
+    return
+  end
+  local picked = false
+  for _, prefix in ipairs(fault.paths) do
+    if path:sub(1, #prefix) == prefix then
+      picked = true
+      break
+    end
+  end
+  if not picked then
+    return
+  end
+  local seen = ngx.shared[STATS]:incr("fault_seen", 1, 0)
+  if math.floor(seen * fault.share) == math.floor((seen - 1) * fault.share) then
+    return
+  end
+  ngx.var.edge_fault = "1"
+  return reject(fault.status, FAULT_MESSAGE, "fault_injection")
+end
+
 -- Model API: the body's "model" picks the upstream; without one, the node's only model.
 function _M.route()
   authorize()
+  inject_fault(ngx.var.uri)
   local model = body_model() or conf.default_model
   if not model then
     return reject(400, "the request names no model, and this node serves several: "
@@ -118,6 +155,7 @@ function _M.route_instance()
       return reject(404, "the edge does not expose this path", "not_found_error")
     end
     authorize()
+    inject_fault(rest)
   end
   ngx.var.edge_model = instance.model
   ngx.var.edge_upstream = instance.upstream
@@ -161,6 +199,61 @@ function _M.account()
     end
     ctx.edge_tail = nil
   end
+end
+
+-- The last of a list such as $upstream_header_time's "0.002, -" or "- : 0.010" (retries, internal redirects).
+local function last_entry(list)
+  return list and list:match("([^%s,:]+)%s*$")
+end
+
+-- Log phase of the client-traffic locations: one response more in its status class. A 502 or 504 that the
+-- edge made itself because vLLM did not answer (refused, reset, timed out before a header: the last
+-- $upstream_header_time is "-") is also an upstream error; a 502 or 504 that vLLM sent is not.
+function _M.count()
+  local stats = ngx.shared[STATS]
+  if not stats then
+    return
+  end
+  local status = tonumber(ngx.var.status) or 0
+  local class = "none"
+  if status >= 100 and status <= 599 then
+    class = math.floor(status / 100) .. "xx"
+  end
+  stats:incr("responses_" .. class, 1, 0)
+  if (status == 502 or status == 504) and last_entry(ngx.var.upstream_header_time) == "-" then
+    stats:incr("upstream_errors", 1, 0)
+  end
+  if ngx.var.edge_fault == "1" then
+    stats:incr("fault_injected", 1, 0)
+  end
+end
+
+local function family(lines, name, help)
+  lines[#lines + 1] = "# HELP " .. name .. " " .. help
+  lines[#lines + 1] = "# TYPE " .. name .. " counter"
+end
+
+-- GET /edge/metrics: the counters in Prometheus' text format 0.0.4, every series from the first scrape on.
+function _M.metrics()
+  local stats = ngx.shared[STATS]
+  local function value(key)
+    return string.format("%.0f", stats and stats:get(key) or 0)
+  end
+  local lines = {}
+  family(lines, "llmops_edge_responses_total",
+    "Answers to client requests (model API, /v1/models, /instances/...) by status class; "
+    .. "none: the client went away before an answer.")
+  for _, class in ipairs(CLASSES) do
+    lines[#lines + 1] = 'llmops_edge_responses_total{class="' .. class .. '"} ' .. value("responses_" .. class)
+  end
+  family(lines, "llmops_edge_upstream_errors_total",
+    "502 and 504 answers the edge made because the vLLM instance did not answer.")
+  lines[#lines + 1] = "llmops_edge_upstream_errors_total " .. value("upstream_errors")
+  family(lines, "llmops_edge_fault_injected_total", "Client requests answered by fault injection.")
+  lines[#lines + 1] = "llmops_edge_fault_injected_total " .. value("fault_injected")
+  ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+  ngx.header["Cache-Control"] = "no-store"
+  ngx.print(table.concat(lines, "\n") .. "\n")
 end
 
 return _M

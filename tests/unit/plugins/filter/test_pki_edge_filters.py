@@ -3,19 +3,32 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Wiring of the pki_plan and edge_plan filters (the decisions are tested in module_utils)."""
+"""Wiring of the pki_plan and edge_plan filters (the decisions are tested in module_utils), and the edge role's
+nginx.conf rendered from an edge plan."""
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ansible.errors import AnsibleFilterError
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 
 from ansible_collections.llmops.vllm.plugins.filter import edge, pki
+
+try:
+    from ansible.template import trust_as_template
+except ImportError:  # ansible-core < 2.19 templates every string
+    def trust_as_template(text):
+        return text
+
+ROLE = Path(inspect.getsourcefile(edge)).parents[2] / 'roles' / 'edge'
 
 PKI = {'validity_days': 365, 'renew_before_days': 30, 'directory': '/etc/llmops-vllm/pki', 'server': True}
 
@@ -35,9 +48,11 @@ def test_edge_plan_filter():
     settings = {'port': 8000, 'default_address': '10.0.0.1', 'tls_certificate': '/s.crt', 'tls_key': '/s.key',
                 'tls_ca': '/ca.crt'}
     result = edge.FilterModule().filters()[name](serving, settings, 'n1')
-    assert name == 'edge_plan' and result['listen'] == ['10.0.0.1']
+    assert name == 'edge_plan' and result['listen'] == ['10.0.0.1'] and result['stats_path'] == '/edge/metrics'
     with pytest.raises(AnsibleFilterError, match='host n1: edge: the host has no vLLM instance'):
         edge.edge_plan({'instances': []}, {'port': 8000}, host='n1')
+    with pytest.raises(AnsibleFilterError, match='host n1: edge: edge_fault_injection share must be'):
+        edge.edge_plan(serving, dict(settings, fault_injection={'share': 0}), host='n1')
 
 
 @pytest.mark.parametrize('module, doc', [(pki, 'pki_plan.yml'), (edge, 'edge_plan.yml')])
@@ -45,3 +60,50 @@ def test_documentation_names_the_filter(module, doc):
     path = Path(inspect.getsourcefile(module)).parent / doc
     documentation = yaml.safe_load(path.read_text())['DOCUMENTATION']
     assert documentation['name'] == doc[:-4] and documentation['options']['_input']['required'] is True
+
+
+def render_nginx_conf(**settings):
+    """The edge role's nginx.conf for one instance, templated as the template module does (trim_blocks)."""
+    serving = {'instances': [{'name': 'tiny', 'port': 8101, 'served_model_name': 'tiny-llama',
+                              'address': '127.0.0.1', 'metrics_path': '/metrics'}]}
+    settings = dict({'port': 8000, 'default_address': '10.0.0.1', 'tls_certificate': '/s.crt', 'tls_key': '/s.key',
+                     'tls_ca': '/ca.crt'}, **settings)
+    variables = yaml.safe_load((ROLE / 'defaults' / 'main.yml').read_text())
+    variables.update(yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text()))
+    variables.update(_edge_plan=edge.edge_plan(serving, settings, 'n1'), inventory_hostname='n1',
+                     ansible_managed='Ansible managed')
+    templar = Templar(loader=DataLoader(), variables=variables)
+    source = trust_as_template((ROLE / 'templates' / 'nginx.conf.j2').read_text())
+    return templar.template(source, escape_backslashes=False,
+                            overrides={'trim_blocks': True, 'lstrip_blocks': False, 'newline_sequence': '\n'})
+
+
+def locations(conf):
+    """{location argument: its body} of the server block."""
+    return dict(re.findall(r'^ {8}location (.+?) \{\n(.*?)^ {8}\}$', conf, re.M | re.S))
+
+
+def test_nginx_conf_counts_client_traffic_and_serves_the_counters():
+    conf = render_nginx_conf()
+    assert re.search(r'^ {4}lua_shared_dict llmops_edge_stats 1m;$', conf, re.M)
+    found = locations(conf)
+    counted = {'= /v1/models', '/v1/', '~ ^(/tokenize|/detokenize|/version|/pooling|/classify|/score|/rerank)$',
+               '~ ^/instances/(?<edge_instance_name>[a-z0-9-]+)(?<edge_instance_path>/.*)$'}
+    assert {name for name, body in found.items() if 'log_by_lua_block { edge.count() }' in body} == counted
+    assert conf.count('log_by_lua_block') == len(counted)
+    # The counters: an exact location, mTLS only (no API key, no rate limit), not counted themselves.
+    assert found['= /edge/metrics'].split() == ['content_by_lua_block', '{', 'edge.metrics()', '}']
+    assert '404' in found['= /metrics'] and '/edge/metrics' in found['= /metrics']
+    # The breaker's reads of the counters are load balancer probes: audited like /health.
+    assert '"/edge/metrics:SUCCESS" 0;' in conf and '"/health:SUCCESS" 0;' in conf
+    assert '"fault":$edge_log_fault}\';' in conf and 'set $edge_fault "";' in conf
+
+
+def test_nginx_conf_carries_the_fault_injection_to_the_lua_module():
+    off = re.search(r'edge\.configure\(\[==\[(.*)\]==\]\)', render_nginx_conf()).group(1)
+    assert json.loads(off)['fault'] is None
+    on = re.search(r'edge\.configure\(\[==\[(.*)\]==\]\)',
+                   render_nginx_conf(fault_injection={'share': 1, 'status': 503})).group(1)
+    assert json.loads(on)['fault'] == {'share': 1.0, 'status': 503, 'paths': ['/v1/', '/tokenize', '/detokenize',
+                                                                              '/version', '/pooling', '/classify',
+                                                                              '/score', '/rerank']}

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from ansible_collections.llmops.vllm.plugins.module_utils._edge import EdgePlanError, edge_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._edge import API_PATHS, EdgePlanError, edge_plan
 
 KEY = 'k' * 40
 SETTINGS = {'port': 8000, 'default_address': '10.20.1.11', 'listen_addresses': [], 'vips': [], 'api_keys': [],
@@ -58,6 +58,35 @@ def test_the_lab_node_listens_on_its_address_and_routes_its_only_model():
     assert result['default_model'] == 'tiny-llama'
     assert result['rate_limit'] is None and result['client_rate_limits'] == [] and result['api_keys'] == []
     assert result['cpu_affinity'] == '' and result['worker_processes'] == 'auto'
+    # The counters are at a fixed path; fault injection is off unless asked for.
+    assert result['stats_path'] == '/edge/metrics'
+    assert result['fault_injection'] is None and json.loads(result['lua_config'])['fault'] is None
+
+
+@pytest.mark.parametrize('fault', [None, {}])
+def test_fault_injection_is_off_when_empty(fault):
+    result = plan(fault_injection=fault)
+    assert result['fault_injection'] is None and json.loads(result['lua_config'])['fault'] is None
+
+
+def test_fault_injection_defaults_to_503_on_the_whole_model_api():
+    result = plan(fault_injection={'share': 1})
+    expected = {'share': 1.0, 'status': 503, 'paths': ['/v1/'] + list(API_PATHS)}
+    assert result['fault_injection'] == expected
+    assert json.loads(result['lua_config'])['fault'] == expected
+    # The counters path and /health are not model API paths.
+    assert not [p for p in expected['paths'] if '/edge/metrics'.startswith(p) or '/health'.startswith(p)]
+
+
+def test_fault_injection_takes_a_share_a_status_and_paths():
+    fault = {'share': 0.25, 'status': 429, 'paths': ['/v1/chat/completions', '/tokenize']}
+    result = plan(fault_injection=fault)
+    assert result['fault_injection'] == fault and json.loads(result['lua_config'])['fault'] == fault
+    assert isinstance(result['fault_injection']['share'], float)
+    assert plan(fault_injection={'share': 0.001, 'status': 599})['fault_injection']['status'] == 599
+    # Prefixes of model API paths are model API paths.
+    assert plan(fault_injection={'share': 0.5, 'paths': ['/', '/v1', '/tok']})['fault_injection']['paths'] == [
+        '/', '/v1', '/tok']
 
 
 def test_instances_of_one_model_share_an_upstream_and_keep_their_own():
@@ -128,6 +157,30 @@ def test_nginx_is_pinned_to_the_reserved_cpus_with_a_worker_each():
     (LAB, {'client_rate_limits': [{'client': 'a', 'rate': '1r/s'}, {'client': 'a', 'rate': '2r/s'}]},
      ['lists a twice']),
     (LAB, {'cpus': '3-1'}, ["the edge CPUs '3-1' are not a cpulist"]),
+    (LAB, {'fault_injection': {'share': 0}}, ['edge_fault_injection share must be a number above 0 and at most 1',
+                                              'got 0', 'set edge_fault_injection to {} to turn it off']),
+    (LAB, {'fault_injection': {'share': 1.5}}, ['edge_fault_injection share must be', 'got 1.5']),
+    (LAB, {'fault_injection': {'share': -0.1}}, ['edge_fault_injection share must be', 'got -0.1']),
+    (LAB, {'fault_injection': {'share': '0.5'}}, ['edge_fault_injection share must be', "got '0.5'"]),
+    (LAB, {'fault_injection': {'share': True}}, ['edge_fault_injection share must be', 'got True']),
+    (LAB, {'fault_injection': {'status': 503}}, ['edge_fault_injection share must be', 'got None']),
+    (LAB, {'fault_injection': {'share': 0.5, 'status': 200}},
+     ['edge_fault_injection status must be an HTTP error status from 400 to 599, got 200', 'e.g. 503']),
+    (LAB, {'fault_injection': {'share': 0.5, 'status': 600}}, ['status must be an HTTP error status', 'got 600']),
+    (LAB, {'fault_injection': {'share': 0.5, 'status': 499}}, ["status 499 is nginx's code", 'such as 500']),
+    (LAB, {'fault_injection': {'share': 0.5, 'status': '503'}}, ['status must be an HTTP error status', "'503'"]),
+    (LAB, {'fault_injection': {'share': 0.5, 'rate': 0.1}},
+     ['edge_fault_injection has unknown keys rate', 'use only share, status and paths']),
+    (LAB, {'fault_injection': 0.5}, ['edge_fault_injection must be a dict', 'got 0.5']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': []}}, ['paths must be a non-empty list of path prefixes']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': '/v1/'}}, ['paths must be a non-empty list']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': ['v1/completions']}},
+     ["paths entry 'v1/completions' is not a path"]),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': ['/health']}},
+     ['paths entry /health is not a model API path', 'never /v1/models, /health or /edge/metrics']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': ['/edge/metrics']}}, ['/edge/metrics is not a model API']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': ['/v1/models']}}, ['/v1/models is not a model API path']),
+    (LAB, {'fault_injection': {'share': 0.5, 'paths': ['/instances/tiny/v1/']}}, ['is not a model API path']),
 ])
 def test_refusals_name_the_host_the_problem_and_the_fix(instances, settings, fragments):
     refused(instances, *fragments, **settings)

@@ -109,5 +109,9 @@ def test_audit_log_and_tls_files_are_the_edges_and_the_pkis(node):
     assert summary['audit_log'] == '/var/log/llmops-vllm/edge-audit.log'
     assert summary['drain_file'] == '/var/lib/llmops-vllm/edge/draining'
     assert summary['tls'] == edge['tls'] == {'certificate': pki['files']['server']['certificate'],
-                                             'key': pki['files']['server']['key'], 'ca': pki['files']['ca']}
+                                             'key': pki['files']['server']['key'], 'ca': pki['files']['ca'],
+                                             'subject_alt_names': pki['files']['server']['subject_alt_names']}
+    # The VIP is in the certificate, so clients reaching the node through the LVS directors accept it.
+    assert 'IP:10.20.0.100' in summary['tls']['subject_alt_names'] and summary['vips'] == ['10.20.0.100']
+    assert summary['stats_url'] == 'https://%s/edge/metrics' % summary['endpoints'][0]
     assert summary['tls']['ca'] == '/etc/llmops-vllm/pki/ca.crt'
