@@ -16,7 +16,13 @@ if command -v podman >/dev/null; then
   podman images --format '{{.Repository}}:{{.Tag}}' |
     grep -E '^localhost/llmops-lab(-node)?:' | xargs -r podman rmi --force >/dev/null
 fi
+# A running director VM's disk is an overlay on the cached image.
+if pgrep -f "qemu-system-x86_64 -name " >/dev/null; then
+  echo "clean-cache: director VMs are running; run make lab-down (or lab/director_vm/vm.py down --all) first" >&2
+  exit 1
+fi
 # The arm64 tree may hold mount points of an interrupted test: never cross into another file system.
 rm -rf --one-file-system "$cache_dir"
-rm -rf "$repo/.cache/wheelhouse" "$repo/.cache/models" "$repo/.cache/model-venv" "$repo/.cache/sources"
+rm -rf "$repo/.cache/wheelhouse" "$repo/.cache/models" "$repo/.cache/model-venv" "$repo/.cache/sources" \
+  "$repo/.cache/director-vm-image"
 echo "clean-cache: removed $cache_dir and the lab images"
