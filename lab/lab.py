@@ -10,10 +10,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LABEL = "llmops.lab=1"
+sys.path.insert(0, os.path.join(HERE, "director_vm"))
+import vm  # noqa: E402  (lab/director_vm/vm.py: the lab's LVS directors are QEMU VMs)
 
 
 def run(*args, check=True, capture=False):
@@ -44,7 +47,7 @@ def up(hosts, hostvars):
     network = common["lab_network"]
     if not exists("network", network):
         podman("network", "create", "--subnet", common["lab_subnet"], "--label", LABEL, network, capture=True)
-    for host in hosts:
+    for host in containers(hosts, hostvars):
         hv = hostvars[host]
         if exists("container", host):
             podman("start", host, capture=True)
@@ -70,9 +73,42 @@ def up(hosts, hostvars):
         ]
         for ulimit in hv["lab_ulimits"]:
             args += ["--ulimit", ulimit]
+        # A container cannot set its own sysctls: the ones the roles persist are set here, and the roles find them.
+        for name, value in sorted((hv.get("lab_sysctls") or {}).items()):
+            args += ["--sysctl", "%s=%s" % (name, value)]
         podman(*args, hv["lab_image"], "/sbin/init", capture=True)
-    for host in hosts:
+    start_vms([host for host in hosts if is_vm(hostvars[host])], hostvars)
+    for host in containers(hosts, hostvars):
         wait_for_systemd(host)
+
+
+def is_vm(hv):
+    return hv.get("lab_kind") == "vm"
+
+
+def containers(hosts, hostvars):
+    return [host for host in hosts if not is_vm(hostvars[host])]
+
+
+def start_vms(hosts, hostvars):
+    """Boot the VM hosts side by side and wait for their ssh logins."""
+    errors = []
+
+    def start(host):
+        hv = hostvars[host]
+        try:
+            prefix = hv["lab_subnet"].split("/")[1]
+            vm.up(host, "%s/%s" % (hv["lab_ip"], prefix), hv["lab_network"], memory=int(hv.get("lab_memory", 768)))
+        except vm.VMError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=start, args=(host,)) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        sys.exit("lab: " + "\n".join(errors))
 
 
 def wait_for_systemd(host, attempts=60):
@@ -101,7 +137,10 @@ def remove(*containers, attempts=3):
 
 
 def down(hosts, hostvars):
-    remove(*[host for host in hosts if exists("container", host)])
+    for host in hosts:
+        if is_vm(hostvars[host]) and host in vm.names():
+            vm.down(host)
+    remove(*[host for host in containers(hosts, hostvars) if exists("container", host)])
     # Also anything labelled as ours that the inventory no longer lists.
     leftovers = podman("ps", "-aq", "--filter", "label=" + LABEL, capture=True).stdout.split()
     if leftovers:
@@ -111,17 +150,22 @@ def down(hosts, hostvars):
         podman("network", "rm", network, capture=True)
 
 
-def local_fact(host, name):
+def local_fact(host, name, hv):
     """A JSON local fact the collection wrote on a lab host, or {}."""
-    fact = podman("exec", host, "cat", "/etc/ansible/facts.d/%s.fact" % name, check=False, capture=True)
+    command = ["cat", "/etc/ansible/facts.d/%s.fact" % name]
+    if is_vm(hv):
+        fact = run(*vm.ssh_command(hv["lab_ip"], *command), check=False, capture=True)
+    else:
+        fact = podman("exec", host, *command, check=False, capture=True)
     return json.loads(fact.stdout) if fact.returncode == 0 else {}
 
 
 def summary(hosts, hostvars, inventory=None):
-    print("\nThe lab is up (containers on this machine, podman network %s):\n" % hostvars[hosts[0]]["lab_network"])
+    print("\nThe lab is up (containers and director VMs on this machine, podman network %s):\n"
+          % hostvars[hosts[0]]["lab_network"])
     print("  %-12s %-14s %-16s %s" % ("host", "address", "groups", "deployed"))
     for host in hosts:
-        record, vllm = local_fact(host, "llmops"), local_fact(host, "vllm")
+        record, vllm = local_fact(host, "llmops", hostvars[host]), local_fact(host, "vllm", hostvars[host])
         deployed = ["baseline"] if record else []
         if vllm:
             deployed.append("%s %s in %s" % (vllm["package"], vllm["version"], vllm["venv"]))
@@ -134,7 +178,7 @@ def summary(hosts, hostvars, inventory=None):
     for line in edge_commands(hosts, hostvars, inventory):
         print(line)
     print("\nAsk the model:    lab/lab.py ask lab-node1 'Hello, lab'  (inside the node, without the edge)")
-    print("Reach a host:     podman exec -it lab-node1 bash")
+    print("Reach a host:     podman exec -it lab-node1 bash;  lab/director_vm/vm.py ssh lab-lb1")
     print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
     print("Topology report:  .venv/bin/ansible-playbook playbooks/facts.yml -i inventories/lab  (reports/topology/)")
     print("Remove the lab:   make lab-down\n")
@@ -158,12 +202,16 @@ def edge_commands(hosts, hostvars, inventory=None):
         pki, client = pki_dir(hv, inventory), clients[0]["name"]
         body = json.dumps({"model": instances[0].get("served_model_name", instances[0]["name"]),
                            "prompt": "Hello, lab", "max_tokens": 16})
+        curl = ("  curl --noproxy '*' --cacert %s/ca.crt --cert %s/clients/%s.crt --key %s/clients/%s.key "
+                "https://%%s:%s/v1/completions -H 'Content-Type: application/json' -d '%s'"
+                % (pki, pki, client, pki, client, hv.get("edge_port", 8000), body))
         if not lines:
-            lines.append("\nThrough the edge (TLS 1.3, client certificate %s; paste as is):" % client)
-        lines.append(
-            "  curl --noproxy '*' --cacert %s/ca.crt --cert %s/clients/%s.crt --key %s/clients/%s.key "
-            "https://%s:%s/v1/completions -H 'Content-Type: application/json' -d '%s'"
-            % (pki, pki, client, pki, client, hv["lab_ip"], hv.get("edge_port", 8000), body))
+            vips = hv.get("vllm_service_vips") or []
+            if vips and any(is_vm(hostvars[h]) for h in hosts):
+                lines.append("\nThrough the VIP (LVS direct routing to the nodes' edges; paste as is):")
+                lines.append(curl % vips[0])
+            lines.append("\nThrough each node's edge (TLS 1.3, client certificate %s; paste as is):" % client)
+        lines.append(curl % hv["lab_ip"])
     return lines
 
 

@@ -54,7 +54,8 @@ import re
 import ssl
 import sys
 import time
-import urllib.request
+import http.client
+import urllib.parse
 
 CLOSED, OPEN, HALF_OPEN = 'closed', 'open', 'half_open'
 STATES = (CLOSED, OPEN, HALF_OPEN)
@@ -473,13 +474,25 @@ def tls_context(ca=None, cert=None, key=None):
 
 def fetch_counters(url, timeout, context=None):
     """(total, errors) read from url within about timeout seconds; raises on any failure."""
-    handlers = [urllib.request.ProxyHandler({})]
-    if context is not None:
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    opener = urllib.request.build_opener(*handlers)
+    # http.client, not urllib.request: a third of the import time, which counts on a small director.
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        raise BreakerError('counter URL %r is not http(s)://host[:port]/path' % url)
     deadline = time.monotonic() + timeout
-    with opener.open(urllib.request.Request(url, headers={'Accept': 'text/plain'}), timeout=timeout) as response:
+    if parts.scheme == 'https':
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
+                                           context=context or ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    try:
+        conn.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''),
+                     headers={'Accept': 'text/plain'})
+        response = conn.getresponse()
+        if response.status != 200:
+            raise BreakerError('counter page answered HTTP %d' % response.status)
         body = _read_body(response, deadline)
+    finally:
+        conn.close()
     return parse_counters(body.decode('utf-8', 'replace'))
 
 

@@ -650,7 +650,7 @@ def test_main_fails_the_check_when_the_edge_never_answers(tmp_path, capsys):
 
 
 def test_main_fails_the_check_on_a_page_that_is_not_the_edges(tmp_path, edge, capsys):
-    assert_failed_check(tmp_path, capsys, check(tmp_path, 'a', edge.url('nobody'), 100.0), 'HTTP Error 404')
+    assert_failed_check(tmp_path, capsys, check(tmp_path, 'a', edge.url('nobody'), 100.0), 'answered HTTP 404')
 
 
 def test_a_failing_source_is_logged_once_and_its_return_too(tmp_path, edge, capsys):
