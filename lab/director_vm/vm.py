@@ -54,8 +54,8 @@ class VMError(Exception):
 def run(*args, check=True, capture=True, **kwargs):
     result = subprocess.run(args, check=False, text=True, capture_output=capture, **kwargs)
     if check and result.returncode != 0:
-        raise VMError("%s failed (%d): %s" % (" ".join(args), result.returncode,
-                                               (result.stderr or result.stdout or "").strip()))
+        output = (result.stderr or result.stdout or "").strip()
+        raise VMError("%s failed (%d): %s" % (" ".join(args), result.returncode, output))
     return result
 
 

@@ -138,8 +138,8 @@ def _fault_injection(host, fault):
                 _fail(host, 'edge_fault_injection paths entry %r is not a path' % (path,),
                       'write a path prefix such as /v1/completions (letters, digits and . _ - /)')
             # /v1/models is the edge's own answer; /health and the counters are never faulted.
-            if path == '/v1/models' or not (path.startswith('/v1/')
-                                           or any(p.startswith(path) for p in MODEL_API_PATHS)):
+            model_api = path.startswith('/v1/') or any(p.startswith(path) for p in MODEL_API_PATHS)
+            if path == '/v1/models' or not model_api:
                 _fail(host, 'edge_fault_injection paths entry %s is not a model API path (only requests routed to '
                       'vLLM are faulted: %s; never /v1/models, /health or %s)'
                       % (path, ', '.join(p + '...' if p.endswith('/') else p for p in MODEL_API_PATHS), STATS_PATH),

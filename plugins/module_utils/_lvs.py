@@ -86,9 +86,8 @@ def _breaker(host, given, weight):
         _fail(host, 'lvs_director_breaker.threshold is %r, not a share of errors above 0 and at most 1' % (threshold,),
               'write it as a fraction, e.g. 0.05 for 5 %')
     if breaker['max_cooldown'] < breaker['cooldown']:
-        _fail(host, 'lvs_director_breaker.max_cooldown (%s) is below cooldown (%s)' % (breaker['max_cooldown'],
-                                                                                      breaker['cooldown']),
-              'make max_cooldown at least cooldown')
+        _fail(host, 'lvs_director_breaker.max_cooldown (%s) is below cooldown (%s)'
+              % (breaker['max_cooldown'], breaker['cooldown']), 'make max_cooldown at least cooldown')
     return breaker
 
 

@@ -823,8 +823,8 @@ def test_main_end_to_end_over_mtls(tmp_path, pki, tls_edge):
     (('--cert', '--key'), ''),  # the edge wants a client certificate (the failure's wording varies)
     (('--ca',), 'CERTIFICATE_VERIFY_FAILED'),  # the edge is not trusted by the system CAs
 ])
-def test_main_over_tls_without_the_fleet_credentials_fails_the_check(tmp_path, pki, tls_edge, capsys, drop,
-                                                                      fragment):
+def test_main_over_tls_without_the_fleet_credentials_fails_the_check(
+        tmp_path, pki, tls_edge, capsys, drop, fragment):
     tls_edge.counters = {'a': (10, 0)}
     tls = {'--ca': pki.path('ca.crt'), '--cert': pki.path('client.crt'), '--key': pki.path('client.key')}
     extra = [item for option, value in tls.items() if option not in drop for item in (option, value)]
