@@ -85,6 +85,9 @@ def _breaker(host, given, weight):
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
         _fail(host, 'lvs_director_breaker.threshold is %r, not a share of errors above 0 and at most 1' % (threshold,),
               'write it as a fraction, e.g. 0.05 for 5 %')
+    # A peer's state older than three checks is stale; keepalived stops a run that outlives a read by 3 s.
+    breaker['stale'] = breaker['interval'] * 3 + breaker['timeout']
+    breaker['misc_timeout'] = int(breaker['timeout']) + 3
     if breaker['max_cooldown'] < breaker['cooldown']:
         _fail(host, 'lvs_director_breaker.max_cooldown (%s) is below cooldown (%s)'
               % (breaker['max_cooldown'], breaker['cooldown']), 'make max_cooldown at least cooldown')
@@ -250,6 +253,8 @@ def lvs_plan(nodes, directors, settings, host=None):
             'protocol': 'TCP',
             'scheduler': scheduler,
             'method': 'DR',
+            # The breaker's name of the service (its state directory).
+            'breaker_service': '%s-%d' % (vip, port),
             'persistence_timeout': persistence,
             'real_servers': real_servers,
         } for vip in vips],
@@ -257,8 +262,3 @@ def lvs_plan(nodes, directors, settings, host=None):
         'breaker': breaker,
         'weight': weight,
     }
-
-
-def breaker_service(vip, port):
-    """The breaker's name of a virtual service (its state directory), e.g. 10.0.0.100-8000."""
-    return '%s-%d' % (vip, port)

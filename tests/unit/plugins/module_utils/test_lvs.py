@@ -63,6 +63,8 @@ def test_breaker_defaults_and_overrides():
     breaker = plan()['breaker']
     assert (breaker['window'], breaker['min_requests'], breaker['threshold'], breaker['floor']) == (30, 20, 0.05, 1)
     assert plan(breaker={'threshold': 0.1, 'floor': 2})['breaker']['threshold'] == 0.1
+    assert (breaker['stale'], breaker['misc_timeout']) == (8, 5)
+    assert plan()['virtual_servers'][0]['breaker_service'] == '10.20.0.100-8000'
 
 
 def test_no_authentication_is_a_warning():
