@@ -6,13 +6,15 @@
 # Note that this module util is **PRIVATE** to the collection. It can change without notice.
 # Do not use this from other collections or standalone plugins/modules!
 
-"""Error-rate circuit breaker for one real server of an LVS virtual service, run by keepalived.
+"""Error-rate circuit breaker of an LVS director's real servers, a service beside keepalived.
 
-keepalived runs this file as a MISC_CHECK with misc_dynamic, once per check and real server, on each director
-(it is copied there as a standalone program: standard library only). Each run reads the node's edge counters
-(llmops_edge_responses_total{class="1xx".."5xx"} at https://<node>:8000/edge/metrics, mTLS), updates the
-node's persisted breaker state and answers keepalived with its exit code: 0 up with the configured weight,
-1 down, 2+w up with weight w.
+One process per director (the lvs_director role's llmops-breaker.service; it is copied there as a standalone
+program: standard library only) reads every real server's edge counters each interval
+(llmops_edge_responses_total{class="1xx".."5xx"} at https://<node>:8000/edge/metrics, mTLS), steps that node's
+breaker and writes the weight change into the node's track file, which keepalived watches (track_file and a
+FILE_CHECK with weight 1 on the real server): 0 full weight, -weight for 0, half_open_weight - weight half open.
+keepalived never waits for the breaker: a slow or dead breaker leaves the weights as they are, and a missing
+track file reads as 0 (full weight).
 
 States and rules (step() is the whole decision; it is pure and is given the time):
 - closed: full weight. It opens (weight 0) when the sliding window holds at least min_requests requests and
@@ -29,30 +31,28 @@ States and rules (step() is the whole decision; it is pure and is given the time
 
 Window: the delta between the newest sample and the newest sample at or before now - window (the oldest kept
 while the window is still filling). A counter that goes down (nginx restarted), a clock that went back and a gap
-between checks longer than the window (the window must span several keepalived delay_loop) each restart the
-samples. A failed read of the counters (timeout, refused, TLS, HTTP status, unparsable) is a failed check
-(exit 1), recorded so that the peers do not count the node as serving; the breaker state is kept.
+between rounds longer than the window each restart the samples. A failed read of the counters (timeout, refused,
+TLS, HTTP status, unparsable) is recorded (check_ok false): the state and the weight are kept, and the node does
+not count as serving for its peers.
 
-Peers are the persisted states of the service's other nodes in the same state directory (each director keeps
-its own): one serves when it is closed or half_open, its last check succeeded and its update is at most stale
-seconds old, so stale must exceed keepalived's delay_loop. The directory is locked while the peers are read and
-the own state written, so two checks never both take the last nodes out.
+Peers are the states of the service's other nodes on the same director: one serves when it is closed or
+half_open, its last read succeeded and its update is at most stale seconds old.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
-import fcntl
 import json
 import math
 import os
 import re
+import signal
 import ssl
 import sys
+import threading
 import time
 import http.client
 import urllib.parse
@@ -76,7 +76,7 @@ DEFAULTS = {
 METRIC = 'llmops_edge_responses_total'
 CLASSES = ('1xx', '2xx', '3xx', '4xx', '5xx')
 ERROR_CLASS = '5xx'
-# keepalived's misc_dynamic: exit 2+w sets weight w, and the exit status stops at 255.
+# The largest weight a real server is given (the lvs_director role's limit).
 MAX_WEIGHT = 253
 # Samples kept per node: far more than a window of checks needs.
 MAX_SAMPLES = 512
@@ -437,7 +437,7 @@ def _decision(state, previous, counts, reason, settings):
         'state': state['state'],
         'changed': previous != state['state'],
         'up': state['check_ok'],
-        'weight': weight_of(state['state'], settings) if state['check_ok'] else 0,
+        'weight': weight_of(state['state'], settings),
         'floor_held': state['floor_held'],
         'requests': requests,
         'errors': errors,
@@ -445,16 +445,6 @@ def _decision(state, previous, counts, reason, settings):
         'window': round(seconds, 3),
         'reason': reason,
     }
-
-
-def exit_code(decision):
-    """keepalived's misc_dynamic exit status: 1 down, 0 up with the configured weight, 2+w up with weight w."""
-    if not decision.get('up'):
-        return 1
-    weight = decision.get('weight')
-    if weight is None:
-        return 0
-    return 2 + min(max(int(weight), 0), MAX_WEIGHT)
 
 
 # Reading the counters.
@@ -474,26 +464,73 @@ def tls_context(ca=None, cert=None, key=None):
 
 def fetch_counters(url, timeout, context=None):
     """(total, errors) read from url within about timeout seconds; raises on any failure."""
-    # http.client, not urllib.request: a third of the import time, which counts on a small director.
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ('http', 'https') or not parts.hostname:
-        raise BreakerError('counter URL %r is not http(s)://host[:port]/path' % url)
-    deadline = time.monotonic() + timeout
-    if parts.scheme == 'https':
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
-                                           context=context or ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    source = CounterSource(url, timeout, context)
     try:
-        conn.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''),
-                     headers={'Accept': 'text/plain'})
-        response = conn.getresponse()
+        return source.read()
+    finally:
+        source.close()
+
+
+# A kept-alive connection the edge closed meanwhile: read again once, on a new one.
+_GONE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError)
+
+
+class CounterSource:
+    """One node's counter page over a kept-alive connection: on a small director a TLS handshake every round
+    costs more than the read. Any failure closes the connection; the next read opens a new one."""
+
+    def __init__(self, url, timeout, context=None):
+        # http.client, not urllib.request: a third of the import time, which counts on a small director.
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ('http', 'https') or not parts.hostname:
+            raise BreakerError('counter URL %r is not http(s)://host[:port]/path' % url)
+        self.parts, self.timeout, self.context = parts, timeout, context
+        self.path = (parts.path or '/') + ('?' + parts.query if parts.query else '')
+        self.conn = None
+        self.busy = threading.Lock()
+
+    def read(self):
+        if not self.busy.acquire(blocking=False):
+            raise BreakerError('the previous read is still running')
+        try:
+            reused = self.conn is not None
+            try:
+                return self._get()
+            except _GONE:
+                self.close()
+                if not reused:
+                    raise
+                return self._get()
+            except BaseException:
+                self.close()
+                raise
+        finally:
+            self.busy.release()
+
+    def _connect(self):
+        parts = self.parts
+        if parts.scheme == 'https':
+            return http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=self.timeout,
+                                               context=self.context or ssl.create_default_context())
+        return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self.timeout)
+
+    def _get(self):
+        deadline = time.monotonic() + self.timeout
+        if self.conn is None:
+            self.conn = self._connect()
+        self.conn.request('GET', self.path, headers={'Accept': 'text/plain'})
+        response = self.conn.getresponse()
         if response.status != 200:
             raise BreakerError('counter page answered HTTP %d' % response.status)
         body = _read_body(response, deadline)
-    finally:
-        conn.close()
-    return parse_counters(body.decode('utf-8', 'replace'))
+        if response.will_close:
+            self.close()
+        return parse_counters(body.decode('utf-8', 'replace'))
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def _read_body(response, deadline):
@@ -512,32 +549,6 @@ def _read_body(response, deadline):
 
 # Files.
 
-class Paths:
-    """Where one node's state, its peers', the lock and the textfile live."""
-
-    def __init__(self, state_dir, service, node, textfile_dir=None):
-        for what, name in (('service', service), ('node', node)):
-            if not _NAME.match(name or ''):
-                raise BreakerError('%s name %r is not a plain name' % (what, name))
-        self.service_dir = os.path.join(state_dir, service)
-        self.own = os.path.join(self.service_dir, node + '.json')
-        self.lock = os.path.join(self.service_dir, '.lock')
-        self.textfile = None
-        if textfile_dir:
-            self.textfile = os.path.join(textfile_dir, 'llmops_breaker_%s_%s.prom' % (service, node))
-
-
-@contextlib.contextmanager
-def locked(path):
-    """An exclusive flock on path (created) for the duration of the block."""
-    with open(path, 'a', encoding='utf-8') as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 def read_json(path):
     """The JSON in path, or None when it is missing or unreadable."""
     try:
@@ -545,18 +556,6 @@ def read_json(path):
             return json.load(handle)
     except (OSError, ValueError):
         return None
-
-
-def read_peers(service_dir, own):
-    """The persisted states of the service's other nodes."""
-    peers = []
-    for name in sorted(os.listdir(service_dir)):
-        path = os.path.join(service_dir, name)
-        if name.endswith('.json') and not name.startswith('.') and path != own:
-            peer = read_json(path)
-            if isinstance(peer, dict):
-                peers.append(peer)
-    return peers
 
 
 def make_parent(path):
@@ -579,16 +578,30 @@ def write_atomic(path, text):
             os.unlink(temporary)
 
 
-def append_line(path, record):
-    """Append one JSON line to path (a single write, so parallel checks do not interleave)."""
-    if path:
+def append_lines(path, records):
+    """Append one JSON line per record to path."""
+    if path and records:
         make_parent(path)
         with open(path, 'a', encoding='utf-8') as handle:
-            handle.write(json.dumps(record, sort_keys=True) + '\n')
+            handle.write(''.join(json.dumps(record, sort_keys=True) + '\n' for record in records))
 
 
 def wall_clock():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='milliseconds')
+
+
+# What keepalived reads.
+
+def track_value(state_name, settings):
+    """The value of a real server's track file: keepalived adds it to the configured weight (FILE_CHECK, weight 1).
+
+    0 while closed, -weight while open (weight 0: no new connections, established ones finish), and
+    half_open_weight - weight while half open. A missing file reads as 0: without the breaker, full weight.
+    settings['weight'] is the node's configured weight (the service always gives it).
+    """
+    weight = settings['weight'] or 0
+    target = weight_of(state_name, settings)
+    return 0 if target is None else min(target, weight) - weight
 
 
 # Prometheus textfile.
@@ -596,29 +609,30 @@ def wall_clock():
 _HELP = (
     ('llmops_breaker_state', 'gauge', 'Circuit breaker state of a real server: 1 for the current state.'),
     ('llmops_breaker_transitions_total', 'counter', 'Circuit breaker state changes, by the state entered.'),
-    ('llmops_breaker_weight', 'gauge', 'Weight the breaker gives keepalived; -1 keeps the configured weight.'),
+    ('llmops_breaker_weight', 'gauge', 'Weight the breaker gives the real server.'),
     ('llmops_breaker_source_up', 'gauge', 'Whether the last read of the node edge counters succeeded.'),
     ('llmops_breaker_floor_held', 'gauge', 'Whether the breaker would open but the service floor keeps it in.'),
+    ('llmops_breaker_last_poll_timestamp_seconds', 'gauge', 'Unix time of the breaker\'s last round.'),
 )
 
 
-def textfile(service, node, state, decision):
-    """node_exporter textfile collector text for one node."""
-    labels = 'service="%s",node="%s"' % (_escape(service), _escape(node))
-    weight = decision['weight']
-    values = {
-        'llmops_breaker_state': [('state', name, int(state['state'] == name)) for name in STATES],
-        'llmops_breaker_transitions_total': [('to', name, state['transitions'][name]) for name in STATES],
-        'llmops_breaker_weight': [(None, None, -1 if weight is None else weight)],
-        'llmops_breaker_source_up': [(None, None, int(state['check_ok']))],
-        'llmops_breaker_floor_held': [(None, None, int(state['floor_held']))],
-    }
+def textfile(rows, now_unix):
+    """node_exporter textfile collector text: rows are (service, node, state, decision)."""
+    values = dict((metric, []) for metric, _kind, _text in _HELP)
+    for service, node, state, decision in rows:
+        labels = 'service="%s",node="%s"' % (_escape(service), _escape(node))
+        for name in STATES:
+            values['llmops_breaker_state'].append('{%s,state="%s"} %d' % (labels, name, state['state'] == name))
+            values['llmops_breaker_transitions_total'].append(
+                '{%s,to="%s"} %d' % (labels, name, state['transitions'][name]))
+        values['llmops_breaker_weight'].append('{%s} %s' % (labels, decision['weight']))
+        values['llmops_breaker_source_up'].append('{%s} %d' % (labels, state['check_ok']))
+        values['llmops_breaker_floor_held'].append('{%s} %d' % (labels, state['floor_held']))
+    values['llmops_breaker_last_poll_timestamp_seconds'].append(' %.3f' % now_unix)
     lines = []
     for metric, kind, text in _HELP:
         lines += ['# HELP %s %s' % (metric, text), '# TYPE %s %s' % (metric, kind)]
-        for label, label_value, value in values[metric]:
-            extra = ',%s="%s"' % (label, label_value) if label else ''
-            lines.append('%s{%s%s} %s' % (metric, labels, extra, value))
+        lines += [metric + sample for sample in values[metric]]
     return '\n'.join(lines) + '\n'
 
 
@@ -626,103 +640,205 @@ def _escape(value):
     return value.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
-# Command line.
+# Configuration (written by the lvs_director role from the lvs_plan filter).
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting 2 (which keepalived would read as "up, weight 0")."""
-
-    def error(self, message):
-        raise BreakerError('usage: %s' % message)
-
-
-def build_parser():
-    parser = _Parser(description='Error-rate circuit breaker for one LVS real server (keepalived MISC_CHECK, '
-                                 'misc_dynamic): exit 0 up, 1 down, 2+w up with weight w.')
-    parser.add_argument('--node', required=True, help='the real server, as named in the state files')
-    parser.add_argument('--service', required=True, help='the virtual service the node belongs to')
-    parser.add_argument('--url', required=True, help='the edge counters, https://<node>:8000/edge/metrics')
-    parser.add_argument('--ca', help='CA bundle to verify the edge (https)')
-    parser.add_argument('--cert', help='client certificate (https)')
-    parser.add_argument('--key', help='client key (https)')
-    parser.add_argument('--timeout', type=float, default=2.0, help='seconds to read the counters')
-    parser.add_argument('--state-dir', default='/var/lib/llmops-vllm/breaker', help='persisted states')
-    parser.add_argument('--log', help='file to append the JSON transition and error lines to')
-    parser.add_argument('--textfile-dir', help='node_exporter textfile collector directory')
-    parser.add_argument('--window', type=float, help='sliding window, seconds (several delay_loop)')
-    parser.add_argument('--min-requests', type=int, help='requests in the window before the ratio counts')
-    parser.add_argument('--threshold', type=float, help='error ratio that opens the breaker')
-    parser.add_argument('--cooldown', type=float, help='first cool-down, seconds')
-    parser.add_argument('--max-cooldown', type=float, help='longest cool-down, seconds')
-    parser.add_argument('--half-open-weight', type=int, help='weight while half open')
-    parser.add_argument('--weight', type=int, help='weight while closed (default: the configured weight)')
-    parser.add_argument('--floor', type=int, help='fewest serving nodes the breaker leaves in the service')
-    parser.add_argument('--stale', type=float, help='seconds after which a peer state is ignored')
-    return parser
-
-
-def settings_from(args):
-    return make_settings(dict((name, getattr(args, name)) for name in DEFAULTS))
-
-
-def read_sample(args):
-    """((total, errors), None) from the node's edge, or (None, error text)."""
+def load_config(path):
+    """The checked configuration in the JSON file path. Raises BreakerError naming what is wrong."""
     try:
-        context = None
-        if args.url.startswith('https://'):
-            context = tls_context(args.ca, args.cert, args.key)
-        elif not args.url.startswith('http://'):
-            raise BreakerError('url %r is neither https:// nor http://' % args.url)
-        return fetch_counters(args.url, args.timeout, context), None
-    except Exception as exc:  # any failure to read is a failed check, never a crash
-        return None, _describe(exc)
+        with open(path, encoding='utf-8') as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise BreakerError('configuration %s: %s' % (path, exc)) from None
+    return check_config(raw)
+
+
+def check_config(raw):
+    if not isinstance(raw, dict):
+        raise BreakerError('the configuration is not a JSON object')
+    for name, kind in (('settings', dict), ('tls', dict), ('services', list)):
+        if not isinstance(raw.get(name) or kind(), kind):
+            raise BreakerError('%s is not a JSON %s' % (name, 'object' if kind is dict else 'list'))
+    for name in ('log', 'textfile'):
+        if raw.get(name) is not None and not (isinstance(raw[name], str) and os.path.isabs(raw[name])):
+            raise BreakerError('%s=%r is not an absolute path' % (name, raw[name]))
+    for name in ('ca', 'cert', 'key'):
+        value = (raw.get('tls') or {}).get(name)
+        if value is not None and not isinstance(value, str):
+            raise BreakerError('tls.%s=%r is not a path' % (name, value))
+    config = {
+        'interval': raw.get('interval', 1.0),
+        'timeout': raw.get('timeout', 2.0),
+        'tls': raw.get('tls') or {},
+        'state_dir': raw.get('state_dir'),
+        'log': raw.get('log'),
+        'textfile': raw.get('textfile'),
+        'settings': make_settings(dict(raw.get('settings') or {}, weight=None)),
+        'services': [],
+    }
+    for name in ('interval', 'timeout'):
+        if not _positive(config[name]):
+            raise BreakerError('%s=%r is not a positive number of seconds' % (name, config[name]))
+    if not (isinstance(config['state_dir'], str) and os.path.isabs(config['state_dir'])):
+        raise BreakerError('state_dir=%r is not an absolute path' % (config['state_dir'],))
+    for service in raw.get('services') or []:
+        config['services'].append(_check_service(service))
+    if not config['services']:
+        raise BreakerError('no services to watch')
+    names = [service['name'] for service in config['services']]
+    if len(set(names)) != len(names):
+        raise BreakerError('a service is named twice: %s' % ', '.join(sorted(names)))
+    return config
+
+
+def _check_service(service):
+    name = service.get('name') if isinstance(service, dict) else None
+    _plain('service', name)
+    nodes = []
+    for node in service.get('nodes') or []:
+        if not isinstance(node, dict):
+            raise BreakerError('service %s: a node is not an object' % name)
+        _plain('node', node.get('name'))
+        url = node.get('url')
+        if not (isinstance(url, str) and url.split('://')[0] in ('http', 'https')):
+            raise BreakerError('service %s, node %s: url %r is neither https:// nor http://'
+                               % (name, node['name'], url))
+        if not _whole(1, MAX_WEIGHT)(node.get('weight')):
+            raise BreakerError('service %s, node %s: weight %r is not from 1 to %d'
+                               % (name, node['name'], node.get('weight'), MAX_WEIGHT))
+        if not (isinstance(node.get('track_file'), str) and os.path.isabs(node['track_file'])):
+            raise BreakerError('service %s, node %s: track_file %r is not an absolute path'
+                               % (name, node['name'], node.get('track_file')))
+        nodes.append(dict((key, node[key]) for key in ('name', 'url', 'weight', 'track_file')))
+    if not nodes:
+        raise BreakerError('service %s has no nodes' % name)
+    if len(set(node['name'] for node in nodes)) != len(nodes):
+        raise BreakerError('service %s names a node twice' % name)
+    return {'name': name, 'nodes': nodes}
+
+
+def _plain(what, name):
+    if not (isinstance(name, str) and _NAME.match(name)):
+        raise BreakerError('%s name %r is not a plain name' % (what, name))
+
+
+# The service.
+
+class Breaker:
+    """Every real server's breaker on this director, one round per poll().
+
+    A round reads all nodes' counters at once (one thread each, bounded by the timeout), steps each node with
+    its service's other nodes as peers, and writes what changed: the node's track file (only when its value
+    changes), its state (so that a restart resumes the cool-downs), the log lines and the textfile. A node whose
+    counters cannot be read keeps its weight (the health checks, not the breaker, decide whether it is alive) and
+    does not count as serving for the floor of its peers.
+    """
+
+    def __init__(self, config, clock=time.monotonic, reader=None):
+        self.config, self.clock = config, clock
+        self.settings = config['settings']
+        self.reader = reader or self._fetch
+        self.context = None
+        if any(node['url'].startswith('https://') for _service, node in self.nodes()):
+            tls = config['tls']
+            self.context = tls_context(tls.get('ca'), tls.get('cert'), tls.get('key'))
+        self.states, self.written, self.sources = {}, {}, {}
+        for service, node in self.nodes():
+            key = (service['name'], node['name'])
+            self.states[key] = normalise_state(read_json(self.state_path(*key)))
+            current = _read_int(node['track_file'])
+            if current is not None:
+                self.written[node['track_file']] = current
+
+    def nodes(self):
+        return [(service, node) for service in self.config['services'] for node in service['nodes']]
+
+    def state_path(self, service, node):
+        return os.path.join(self.config['state_dir'], service, node + '.json')
+
+    def _fetch(self, node):
+        source = self.sources.get(node['url'])
+        if source is None:
+            source = self.sources[node['url']] = CounterSource(node['url'], self.config['timeout'], self.context)
+        return source.read()
+
+    def read_all(self):
+        """{(service, node): (sample, error)}, read in parallel."""
+        results = {}
+
+        def read(key, node):
+            try:
+                results[key] = (self.reader(node), None)
+            except Exception as exc:  # any failure to read is a failed source, never a crash
+                results[key] = (None, _describe(exc))
+
+        threads = []
+        for service, node in self.nodes():
+            thread = threading.Thread(target=read, args=((service['name'], node['name']), node), daemon=True)
+            thread.start()
+            threads.append(thread)
+        deadline = time.monotonic() + self.config['timeout'] + 1.0
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for service, node in self.nodes():
+            results.setdefault((service['name'], node['name']), (None, 'BreakerError: no answer within the timeout'))
+        return results
+
+    def poll(self):
+        """One round; returns its decisions (with node, service, track and error)."""
+        results = self.read_all()
+        now = self.clock()
+        rows, records, decisions = [], [], []
+        # Peers as of this round, whichever order the nodes are stepped in: a peer not stepped yet counts with
+        # this round's read (serving only when it was read), one already stepped with its new state.
+        view = dict((key, dict(state, check_ok=results[key][0] is not None, updated=now))
+                    for key, state in self.states.items())
+        for service, node in self.nodes():
+            key = (service['name'], node['name'])
+            settings = dict(self.settings, weight=node['weight'])
+            peers = [view[(service['name'], other['name'])] for other in service['nodes'] if other is not node]
+            sample, error = results[key]
+            old = self.states[key]
+            state, decision = step(old, sample, now, settings, peers)
+            state.update(node=node['name'], service=service['name'])
+            if error:
+                state['error'] = error
+            else:
+                state.pop('error', None)
+            self.states[key] = view[key] = state
+            decision.update(node=node['name'], service=service['name'], error=error,
+                            track=track_value(state['state'], settings))
+            self._guard(key, self._write_track, node['track_file'], decision['track'])
+            self._guard(key, write_atomic, self.state_path(*key), json.dumps(state, sort_keys=True))
+            records += log_records(node['name'], service['name'], old, state, decision)
+            rows.append((service['name'], node['name'], state, decision))
+            decisions.append(decision)
+        self._guard(None, append_lines, self.config.get('log'), records)
+        if self.config.get('textfile'):
+            self._guard(None, write_atomic, self.config['textfile'], textfile(rows, time.time()))
+        return decisions
+
+    def _write_track(self, path, value):
+        if self.written.get(path) != value:
+            write_atomic(path, '%d\n' % value)
+            self.written[path] = value
+
+    def _guard(self, key, action, *arguments):
+        try:
+            action(*arguments)
+        except Exception as exc:  # a full disk or a bad directory: said on stderr, the next round tries again
+            _stderr(_error_record(key and key[1], key and key[0], _describe(exc)))
+
+
+def _read_int(path):
+    try:
+        with open(path, encoding='utf-8') as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _describe(exc):
     return '%s: %s' % (type(exc).__name__, exc)
-
-
-def run_check(args, clock=time.monotonic):
-    """One check: read, decide under the lock, persist, log. Returns the decision."""
-    settings = settings_from(args)
-    paths = Paths(args.state_dir, args.service, args.node, args.textfile_dir)
-    sample, error = read_sample(args)
-    os.makedirs(paths.service_dir, exist_ok=True)
-    with locked(paths.lock):
-        now = clock()
-        old = normalise_state(read_json(paths.own))
-        state, decision = step(old, sample, now, settings, read_peers(paths.service_dir, paths.own))
-        state.update(node=args.node, service=args.service)
-        if error:
-            state['error'] = error
-        else:
-            state.pop('error', None)
-        write_atomic(paths.own, json.dumps(state, sort_keys=True))
-    decision['error'] = error
-    _report(args, paths, old, state, decision)
-    return decision
-
-
-def _report(args, paths, old, state, decision):
-    """Log lines, textfile and the decision on stdout. The decision stands: a failure here only goes to stderr."""
-    if decision['error']:
-        _stderr(_error_record(args.node, args.service, decision['error']))
-    records = log_records(args.node, args.service, old, state, decision)
-    _best_effort(args, _append_all, args.log, records)
-    if paths.textfile:
-        _best_effort(args, write_atomic, paths.textfile, textfile(args.service, args.node, state, decision))
-    sys.stdout.write(json.dumps(dict(decision, node=args.node, service=args.service), sort_keys=True) + '\n')
-
-
-def _append_all(path, records):
-    for record in records:
-        append_line(path, record)
-
-
-def _best_effort(args, action, *arguments):
-    try:
-        action(*arguments)
-    except Exception as exc:  # reporting never changes keepalived's answer
-        _stderr(_error_record(args.node, args.service, _describe(exc)))
 
 
 def log_records(node, service, old, state, decision):
@@ -747,22 +863,54 @@ def _error_record(node, service, error):
 
 def _stderr(record):
     sys.stderr.write(json.dumps(record, sort_keys=True) + '\n')
+    sys.stderr.flush()
 
 
-def main(argv=None, clock=None):
-    """Run one check; always returns an exit status for keepalived, 1 on any error. clock: tests give the time."""
-    args = None
+# Command line.
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description='Error-rate circuit breaker of an LVS director: reads every real server\'s edge counters '
+                    'each interval and writes the weight change keepalived reads (FILE_CHECK track files).')
+    parser.add_argument('--config', required=True, help='the JSON configuration the lvs_director role writes')
+    parser.add_argument('--once', action='store_true', help='one round, its decisions on stdout, then exit')
+    parser.add_argument('--check', action='store_true', help='check the configuration only (exit 0 or 2)')
+    return parser
+
+
+def serve(breaker, interval, stop, clock=time.monotonic):
+    """Rounds every interval seconds until stop is set; a failing round is reported and the next one runs."""
+    while not stop.is_set():
+        started = clock()
+        try:
+            breaker.poll()
+        except Exception as exc:
+            _stderr(_error_record(None, None, _describe(exc)))
+        stop.wait(max(0.0, interval - (clock() - started)))
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
-        return exit_code(run_check(args, clock or time.monotonic))
-    except SystemExit as exc:  # --help
-        return 0 if exc.code in (0, None) else 1
-    except Exception as exc:  # keepalived gets a status, never a traceback
-        record = _error_record(getattr(args, 'node', None), getattr(args, 'service', None), _describe(exc))
-        _stderr(record)
-        with contextlib.suppress(Exception):
-            append_line(getattr(args, 'log', None), record)
-        return 1
+        config = load_config(args.config)
+        if args.check:
+            return 0
+        breaker = Breaker(config)
+    except Exception as exc:
+        _stderr(_error_record(None, None, _describe(exc)))
+        return 2
+    if args.once:
+        for decision in breaker.poll():
+            sys.stdout.write(json.dumps(decision, sort_keys=True) + '\n')
+        return 0
+    # SIGTERM ends the process where it is: every file is replaced atomically, so none is left half written.
+    signal.signal(signal.SIGTERM, _terminate)
+    serve(breaker, config['interval'], threading.Event())
+    return 0
+
+
+def _terminate(_signum, _frame):
+    raise SystemExit(0)
 
 
 if __name__ == '__main__':

@@ -30,10 +30,12 @@ BREAKER_DEFAULTS = {
     'max_cooldown': 300,
     'half_open_weight': 25,
     'floor': 1,
-    'interval': 2,
+    'interval': 1,
     'timeout': 2,
 }
-MAX_WEIGHT = 253  # keepalived's misc_dynamic sets weight = exit status - 2, at most 255 - 2
+MAX_WEIGHT = 253
+# Where the breaker (llmops-breaker.service) keeps its files; the role passes them as settings['breaker_paths'].
+BREAKER_PATHS = ('state_dir', 'track_dir', 'log', 'textfile', 'ca', 'cert', 'key')
 
 
 class LvsPlanError(ValueError):
@@ -85,9 +87,8 @@ def _breaker(host, given, weight):
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
         _fail(host, 'lvs_director_breaker.threshold is %r, not a share of errors above 0 and at most 1' % (threshold,),
               'write it as a fraction, e.g. 0.05 for 5 %')
-    # A peer's state older than three checks is stale; keepalived stops a run that outlives a read by 3 s.
+    # A peer's state older than three rounds is stale.
     breaker['stale'] = breaker['interval'] * 3 + breaker['timeout']
-    breaker['misc_timeout'] = int(breaker['timeout']) + 3
     if breaker['max_cooldown'] < breaker['cooldown']:
         _fail(host, 'lvs_director_breaker.max_cooldown (%s) is below cooldown (%s)'
               % (breaker['max_cooldown'], breaker['cooldown']), 'make max_cooldown at least cooldown')
@@ -166,6 +167,8 @@ def _real_servers(host, nodes, vips, port, settings):
             'health_url': node['health_url'],
             'health_path': '/' + node['health_url'].split('/', 3)[3],
             'stats_url': node.get('stats_url'),
+            # keepalived's track_file name of the node's breaker weight (also its file name in track_dir).
+            'breaker_track': 'breaker_%s' % name,
         })
     return real_servers
 
@@ -253,12 +256,41 @@ def lvs_plan(nodes, directors, settings, host=None):
             'protocol': 'TCP',
             'scheduler': scheduler,
             'method': 'DR',
-            # The breaker's name of the service (its state directory).
-            'breaker_service': '%s-%d' % (vip, port),
             'persistence_timeout': persistence,
             'real_servers': real_servers,
         } for vip in vips],
         'checks': checks,
         'breaker': breaker,
+        'breaker_config': _breaker_config(breaker, real_servers, settings),
         'weight': weight,
+    }
+
+
+def _breaker_config(breaker, real_servers, settings):
+    """The breaker service's configuration (module_utils/_breaker.py check_config): one service, every node.
+
+    The breaker is per node, not per VIP: a node's edge counts every answer it gives, whichever VIP it came
+    through, so each node has one track file that all its virtual servers' FILE_CHECKs read.
+    """
+    if not breaker['enabled']:
+        return None
+    paths = settings.get('breaker_paths') or {}
+    return {
+        'interval': breaker['interval'],
+        'timeout': breaker['timeout'],
+        'tls': {'ca': paths.get('ca'), 'cert': paths.get('cert'), 'key': paths.get('key')},
+        'state_dir': paths.get('state_dir'),
+        'log': paths.get('log'),
+        'textfile': paths.get('textfile'),
+        'settings': dict((name, breaker[name]) for name in (
+            'window', 'min_requests', 'threshold', 'cooldown', 'max_cooldown', 'half_open_weight', 'floor', 'stale')),
+        'services': [{
+            'name': settings.get('real_servers_group') or 'real_servers',
+            'nodes': [{
+                'name': rs['host'],
+                'url': rs['stats_url'],
+                'weight': rs['weight'],
+                'track_file': '%s/%s' % (paths.get('track_dir'), rs['breaker_track']),
+            } for rs in real_servers],
+        }],
     }

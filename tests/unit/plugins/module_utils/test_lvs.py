@@ -63,8 +63,37 @@ def test_breaker_defaults_and_overrides():
     breaker = plan()['breaker']
     assert (breaker['window'], breaker['min_requests'], breaker['threshold'], breaker['floor']) == (30, 20, 0.05, 1)
     assert plan(breaker={'threshold': 0.1, 'floor': 2})['breaker']['threshold'] == 0.1
-    assert (breaker['stale'], breaker['misc_timeout']) == (8, 5)
-    assert plan()['virtual_servers'][0]['breaker_service'] == '10.20.0.100-8000'
+    assert (breaker['interval'], breaker['stale']) == (1, 5)
+
+
+PATHS = {'state_dir': '/var/lib/b', 'track_dir': '/var/lib/b/track', 'log': '/var/log/b.log', 'textfile': '/t/b.prom',
+         'ca': '/ca.crt', 'cert': '/hc.crt', 'key': '/hc.key'}
+
+
+def test_the_breaker_config_watches_each_node_once_with_one_track_file_for_every_vip():
+    vips = [VIP, '10.20.0.101']
+    nodes = [node('gpu-node01', '10.20.0.31', vips=vips), node('gpu-node02', '10.20.0.32', vips=vips)]
+    result = plan(nodes=nodes, vips=vips, breaker_paths=PATHS, breaker={'interval': 2})
+    config = result['breaker_config']
+    assert [service['name'] for service in config['services']] == ['vllm_nodes']
+    assert config['services'][0]['nodes'] == [
+        {'name': 'gpu-node01', 'url': 'https://10.20.0.31:8000/edge/metrics', 'weight': 100,
+         'track_file': '/var/lib/b/track/breaker_gpu-node01'},
+        {'name': 'gpu-node02', 'url': 'https://10.20.0.32:8000/edge/metrics', 'weight': 100,
+         'track_file': '/var/lib/b/track/breaker_gpu-node02'}]
+    assert [[rs['breaker_track'] for rs in vs['real_servers']] for vs in result['virtual_servers']] == [
+        ['breaker_gpu-node01', 'breaker_gpu-node02']] * 2
+    assert (config['interval'], config['timeout'], config['settings']['stale'], config['settings']['floor']) == (
+        2, 2, 8, 1)
+    assert config['tls'] == {'ca': '/ca.crt', 'cert': '/hc.crt', 'key': '/hc.key'}
+    assert (config['state_dir'], config['log'], config['textfile']) == ('/var/lib/b', '/var/log/b.log', '/t/b.prom')
+
+
+def test_the_breaker_config_is_valid_for_the_breaker_and_absent_when_off():
+    from ansible_collections.llmops.vllm.plugins.module_utils._breaker import check_config
+    checked = check_config(plan(breaker_paths=PATHS)['breaker_config'])
+    assert [node['name'] for node in checked['services'][0]['nodes']] == ['gpu-node01', 'gpu-node02']
+    assert plan(breaker={'enabled': False})['breaker_config'] is None
 
 
 def test_no_authentication_is_a_warning():
