@@ -43,7 +43,7 @@ COMMANDS = {
 # Gates that start lab containers, and so need the set-up.
 LAB_GATES = ("integration", "molecule")
 # Seconds assumed for a gate that has no previous run (measured on a 2-CPU machine), to order the first one.
-GUESS = {"molecule/install": 1000, "molecule/edge": 800, "molecule/lvs": 900, "molecule/serving": 600,
+GUESS = {"molecule/install": 1000, "molecule/edge": 800, "molecule/lvs": 1500, "molecule/serving": 600,
          "molecule": 300, "integration": 400, "aarch64": 200, "sanity": 140}
 
 

@@ -494,6 +494,7 @@ def test_step_does_not_change_its_input():
     step(state, (10, 1), 1.0, SETTINGS, [])
     assert json.dumps(state, sort_keys=True) == before
 
+
 # The service, against local servers.
 
 SERVICE = '10.20.0.100:8000'
@@ -1308,7 +1309,7 @@ def test_main_serves_until_sigterm(tmp_path, monkeypatch):
         handlers[signal.SIGTERM](signal.SIGTERM, None)
         served.append('not reached')
 
-    monkeypatch.setattr(_breaker.signal, 'signal', lambda signum, handler: handlers.__setitem__(signum, handler))
+    monkeypatch.setattr(_breaker.signal, 'signal', handlers.__setitem__)
     monkeypatch.setattr(_breaker, 'serve', fake_serve)
     with pytest.raises(SystemExit) as exc:
         _breaker.main(['--config', write_config(tmp_path, raw_config(tmp_path, interval=2.5))])
@@ -1409,7 +1410,6 @@ def tls_edge(pki):
     server = Edge(pki.server_context())
     yield server
     server.close()
-
 
 
 def tls_breaker(tmp_path, pki, url, drop=()):

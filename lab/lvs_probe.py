@@ -1,0 +1,269 @@
+"""The lab's LVS front door seen from this machine (the client): the directors' IPVS weights, a steady load at the
+VIP, completions with the lab client's certificate. Used by molecule/lvs's tests and bench/lvs_bench.py.
+
+Needs the lab up (make lab). Everything is read from inventories/lab.
+"""
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import yaml
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INVENTORY = os.path.join(PROJECT, "inventories", "lab")
+PKI = os.path.join(PROJECT, ".cache", "pki", "lab")
+CA, CERT, KEY = (os.path.join(PKI, "ca.crt"), os.path.join(PKI, "clients", "lab-client.crt"),
+                 os.path.join(PKI, "clients", "lab-client.key"))
+
+
+def _load(*path):
+    with open(os.path.join(INVENTORY, *path)) as f:
+        return yaml.safe_load(f)
+
+
+_GROUPS = _load("hosts.yml")["all"]["children"]
+NODES = {name: hv["lab_ip"] for name, hv in _GROUPS["vllm_nodes"]["hosts"].items()}
+DIRECTORS = {name: hv["lab_ip"] for name, hv in _GROUPS["lvs_directors"]["hosts"].items()}
+VIP = _load("group_vars", "all", "service.yml")["vllm_service_vips"][0]
+SSH_KEY = os.path.join(PROJECT, ".cache", "director-vms", "id_ed25519")
+SSH = ["ssh", "-i", SSH_KEY, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+       "LogLevel=ERROR", "-o", "BatchMode=yes"]
+FULL = 100
+BREAKER = _load("group_vars", "lvs_directors.yml")["lvs_director_breaker"]
+HALF_OPEN = BREAKER.get("half_open_weight", 25)
+# The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
+# steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
+# Prints a JSON summary at the end.
+LOAD = r"""
+import http.client, json, os, ssl, sys, threading, time
+ca, cert, key, host, rate, seconds, stop = sys.argv[1:8]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+ctx.load_cert_chain(cert, key)
+rate, seconds = float(rate), float(seconds)
+body = json.dumps({"model": "tiny-llama", "prompt": "lvs", "max_tokens": 2, "ignore_eos": True})
+lock, done, failures, statuses = threading.Lock(), [0], [], {}
+def one():
+    try:
+        conn = http.client.HTTPSConnection(host, 8000, context=ctx, timeout=60)
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        ok = response.status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2
+        status = response.status
+    except Exception as e:
+        ok, status = False, type(e).__name__
+    with lock:
+        done[0] += 1
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+        if not ok:
+            failures.append([round(time.time(), 2), str(status)])
+threads, start = [], time.time()
+while time.time() - start < seconds and not os.path.exists(stop):
+    thread = threading.Thread(target=one)
+    thread.start()
+    threads.append(thread)
+    time.sleep(max(0.0, start + len(threads) / rate - time.time()))
+for thread in threads:
+    thread.join()
+print(json.dumps({"requests": done[0], "failures": failures, "statuses": statuses,
+                  "rate": done[0] / (time.time() - start)}))
+"""
+
+
+def ssh(director, command, check=True):
+    result = subprocess.run(SSH + ["root@" + DIRECTORS[director], command], capture_output=True, text=True,
+                            check=False, timeout=120)
+    assert not check or result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def master():
+    """The director that holds the VIP (exactly one does)."""
+    holders = [d for d in DIRECTORS if "inet %s/32" % VIP in ssh(d, "ip -4 address show dev eth0")]
+    assert len(holders) == 1, holders
+    return holders[0]
+
+
+def weights(director):
+    """{node address: weight} of the VIP's real servers on a director (ipvsadm -Ln --exact)."""
+    table = ssh(director, "ipvsadm -Ln --exact -t %s:8000" % VIP)
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"->\s+([0-9.]+):8000\s+Route\s+(\d+)", table)}
+
+
+class Watch:
+    """Samples a director's weights every 0.2 s over one ssh session, each line stamped with this machine's clock."""
+
+    SCRIPT = ("while :; do echo $(ipvsadm -Ln --exact -t %s:8000 | awk '$1 == \"->\" && $3 == \"Route\" "
+              "{print $2 \"=\" $4}'); sleep 0.2; done" % VIP)
+
+    def __init__(self, director):
+        self.samples = []
+        self.process = subprocess.Popen(SSH + ["root@" + DIRECTORS[director], self.SCRIPT], stdout=subprocess.PIPE,
+                                        text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            sample = dict(item.replace(":8000", "").split("=") for item in line.split())
+            self.samples.append((time.monotonic(), {k: int(v) for k, v in sample.items()}))
+
+    def first(self, address, test, since, timeout):
+        """Seconds from `since` to the first sample whose weight of `address` passes `test`, or None."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for stamp, sample in list(self.samples):
+                if stamp >= since and address in sample and test(sample[address]):
+                    return stamp - since
+            time.sleep(0.1)
+        return None
+
+    def seen(self, address, since):
+        return [sample[address] for stamp, sample in list(self.samples) if stamp >= since and address in sample]
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+class Load:
+    """A steady load at the VIP from this machine, in the background; .result() waits for its summary."""
+
+    def __init__(self, rate, seconds):
+        self.stop_file = os.path.join(PROJECT, ".cache", "lvs-stop-load")
+        if os.path.exists(self.stop_file):
+            os.unlink(self.stop_file)
+        self.process = subprocess.Popen([sys.executable, "-c", LOAD, CA, CERT, KEY, VIP, str(rate), str(seconds),
+                                         self.stop_file], stdout=subprocess.PIPE, text=True)
+
+    def stop(self):
+        open(self.stop_file, "w").close()
+        return self.result()
+
+    def result(self):
+        out, _err = self.process.communicate(timeout=1200)
+        return json.loads(out)
+
+
+def curl(*args, timeout=300):
+    return subprocess.run(["curl", "-sS", "--noproxy", "*", "--max-time", str(timeout), "--cacert", CA, "--cert", CERT,
+                           "--key", KEY, *args], capture_output=True, text=True, check=False)
+
+
+def completion(stream=False, tokens=2):
+    body = json.dumps({"model": "tiny-llama", "prompt": "lvs", "max_tokens": tokens, "stream": stream,
+                       "ignore_eos": True})
+    result = curl("-H", "Content-Type: application/json", "-d", body, "-w", "\n%{http_code}",
+                  "https://%s:8000/v1/completions" % VIP)
+    return result.stdout
+
+
+def full_weight_everywhere():
+    return all(weights(d) == {a: FULL for a in NODES.values()} for d in DIRECTORS)
+
+
+def client_address():
+    """This machine's address on the lab's network (the podman bridge's gateway)."""
+    return subprocess.run(["podman", "network", "inspect", "llmops-lab", "--format",
+                           "{{range .Subnets}}{{.Gateway}}{{end}}"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def play(playbook, *args):
+    """Run a playbook of this repository on the lab's inventory; its output, or RuntimeError with its tail."""
+    command = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    result = subprocess.run([command, "-i", INVENTORY, os.path.join(PROJECT, playbook), *args], capture_output=True,
+                            text=True, check=False, cwd=PROJECT,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+                                     ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg")))
+    if result.returncode:
+        raise RuntimeError("%s failed:\n%s" % (playbook, (result.stdout + result.stderr)[-6000:]))
+    return result.stdout
+
+
+def set_fault(hosts, fault):
+    """Re-apply the edge of some nodes with edge_fault_injection (nothing else changes)."""
+    play("site.yml", "--limit", ",".join(hosts), "--tags", "edge_configure,edge_run",
+         "-e", json.dumps({"edge_fault_injection": fault}))
+
+
+POLL_VIP = ("timeout 60 sh -c 'until ip -4 -o address show dev eth0 | grep -qF \"inet %s/32\"; do sleep 0.05; done; "
+            "echo moved'" % VIP)
+STOP_KEEPALIVED = "read go || exit 1; echo back; read go || exit 1; systemctl stop keepalived; echo stopped"
+
+
+class Armed:
+    """A script on a director over an ssh session opened beforehand (it prints 'ready' first): go() sends it a line
+    for its `read`, and each line it prints is stamped with this machine's clock as it arrives."""
+
+    def __init__(self, director, script):
+        self.process = subprocess.Popen(SSH + ["root@" + DIRECTORS[director], "echo ready; " + script],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        if self.expect("ready", 60) is None:
+            self.close()
+            raise RuntimeError("no ssh session to %s" % director)
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.put((time.monotonic(), line.strip()))
+
+    def go(self):
+        """The stamp of the line sent."""
+        stamp = time.monotonic()
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        return stamp
+
+    def expect(self, text, timeout):
+        """The stamp of the next line printed, which must be text; None after timeout."""
+        try:
+            stamp, line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if line != text:
+            raise RuntimeError("expected %r from the director, got %r" % (text, line))
+        return stamp
+
+    def close(self):
+        self.process.stdin.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def measure_failover():
+    """Stop keepalived on the master over a session opened beforehand: the seconds until the backup holds the VIP
+    (from the stop command's line leaving this machine to the backup's line arriving, so it includes about one ssh
+    round trip, measured just before on the same session). keepalived is started again on the old master (it
+    stays backup: no preemption)."""
+    old = master()
+    new = next(d for d in DIRECTORS if d != old)
+    poller = stopper = None
+    try:
+        poller = Armed(new, POLL_VIP)
+        stopper = Armed(old, STOP_KEEPALIVED)
+        sent = stopper.go()
+        round_trip = _since(stopper.expect("back", 30), sent)
+        sent = stopper.go()
+        moved = _since(poller.expect("moved", 60), sent)
+        stopper.expect("stopped", 60)
+    finally:
+        for session in (poller, stopper):
+            if session:
+                session.close()
+        ssh(old, "systemctl start keepalived")
+    return {"from": old, "to": new, "failover_s": moved, "ssh_round_trip_s": round_trip}
+
+
+def _since(stamp, start):
+    return None if stamp is None or start is None else stamp - start
