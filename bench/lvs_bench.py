@@ -51,7 +51,7 @@ FAULT = {"share": 0.1, "status": 503}
 DRAIN_FILE = "/var/lib/llmops-vllm/edge/draining"
 LOADGEN = os.path.join(HERE, "loadgen.py")
 SETTLE = 120
-WINDOW, COOLDOWN = BREAKER.get("window", 30), BREAKER.get("cooldown", 30)
+WINDOW, COOLDOWN = BREAKER["window"], BREAKER["cooldown"]
 # Full weight again after the breaker opened: the cool-down (doubled if it re-opens) and a clean window.
 BREAKER_SETTLE = COOLDOWN * 4 + WINDOW * 2 + 60
 READY = "until [ \"$(curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/health)\" = 200 ]; do sleep 0.2; done"
@@ -357,7 +357,7 @@ def report_breaker(raw, _args):
     return ["### Breaker reaction", "",
             "10 %% of 503 injected at %s's edge (`edge_fault_injection`, site.yml's edge tags) under 10 req/s through "
             "the VIP; breaker window %s s, min_requests %s, cool-down %s s." % (
-                NODE1, WINDOW, BREAKER.get("min_requests", 20), COOLDOWN),
+                NODE1, WINDOW, BREAKER["min_requests"], COOLDOWN),
             "", *TIMES, time_row("weight 0 after the first 503 a client saw", column(rounds, "reaction_s")),
             time_row("weight 0 after the fault play's end", column(rounds, "after_play_s")),
             time_row("full weight after the fault was lifted", column(rounds, "back_s"))]

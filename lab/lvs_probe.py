@@ -35,8 +35,11 @@ SSH_KEY = os.path.join(PROJECT, ".cache", "director-vms", "id_ed25519")
 SSH = ["ssh", "-i", SSH_KEY, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
        "LogLevel=ERROR", "-o", "BatchMode=yes"]
 FULL = 100
-BREAKER = _load("group_vars", "lvs_directors.yml")["lvs_director_breaker"]
-HALF_OPEN = BREAKER.get("half_open_weight", 25)
+sys.path.insert(0, os.path.join(PROJECT, "plugins", "module_utils"))
+from _lvs import BREAKER_DEFAULTS  # noqa: E402  (the role's own defaults, not a copy)
+
+BREAKER = dict(BREAKER_DEFAULTS, **_load("group_vars", "lvs_directors.yml").get("lvs_director_breaker", {}))
+HALF_OPEN = BREAKER["half_open_weight"]
 # The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
 # steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
 # Prints a JSON summary at the end.
