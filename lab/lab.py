@@ -1,6 +1,6 @@
 """Bring the local lab up or down: one systemd container per host of inventories/lab.
 
-Usage: lab.py up|down|summary [--inventory DIR] | lab.py ask [HOST] [PROMPT]
+Usage: lab.py up [--owner NAME]|down|summary|owners [--inventory DIR] | lab.py ask [HOST] [PROMPT]
 The container settings come from the inventory's lab_* variables; podman must use
 .cache/containers.conf, which make bootstrap writes from lab/containers.conf (the Makefile exports CONTAINERS_CONF).
 """
@@ -15,6 +15,9 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LABEL = "llmops.lab=1"
+# Who brought the lab up: make lab (the default) or a test, which may then remove a lab of its own that a killed run
+# left behind, and only that.
+OWNER = "llmops.lab.owner"
 sys.path.insert(0, os.path.join(HERE, "director_vm"))
 import vm  # noqa: E402  (lab/director_vm/vm.py: the lab's LVS directors are QEMU VMs)
 
@@ -42,11 +45,12 @@ def exists(kind, name):
     return podman(kind, "exists", name, check=False).returncode == 0
 
 
-def up(hosts, hostvars):
+def up(hosts, hostvars, owner="make-lab"):
     common = hostvars[hosts[0]]
     network = common["lab_network"]
+    owned = ["--label", LABEL, "--label", "%s=%s" % (OWNER, owner)]
     if not exists("network", network):
-        podman("network", "create", "--subnet", common["lab_subnet"], "--label", LABEL, network, capture=True)
+        podman("network", "create", "--subnet", common["lab_subnet"], *owned, network, capture=True)
     for host in containers(hosts, hostvars):
         hv = hostvars[host]
         if exists("container", host):
@@ -59,8 +63,7 @@ def up(hosts, hostvars):
             host,
             "--hostname",
             host,
-            "--label",
-            LABEL,
+            *owned,
             "--network",
             network,
             "--ip",
@@ -80,6 +83,13 @@ def up(hosts, hostvars):
     start_vms([host for host in hosts if is_vm(hostvars[host])], hostvars)
     for host in containers(hosts, hostvars):
         wait_for_systemd(host)
+
+
+def owners():
+    """The owner of each container of a lab on this machine, up or not: {container: owner}."""
+    template = "{{.Names}} {{index .Labels \"%s\"}}" % OWNER
+    listing = podman("ps", "-a", "--filter", "label=" + LABEL, "--format", template, capture=True).stdout
+    return dict((line.split() + ["unknown"])[:2] for line in listing.splitlines() if line.strip())
 
 
 def is_vm(hv):
@@ -235,18 +245,24 @@ def ask(hosts, hostvars, host=None, prompt=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("up", "down", "summary", "ask"))
+    parser.add_argument("action", choices=("up", "down", "summary", "owners", "ask"))
     parser.add_argument("host", nargs="?", help="ask: the lab host (default: the first)")
     parser.add_argument("prompt", nargs="?", help="ask: the prompt")
     parser.add_argument("--inventory", default=os.path.join(REPO, "inventories", "lab"))
+    parser.add_argument("--owner", default="make-lab", help="up: who brings the lab up (label %s)" % OWNER)
     args = parser.parse_args()
+    if args.action == "owners":
+        print(json.dumps(owners()))
+        return
     hosts, hostvars = load_inventory(args.inventory)
     if args.action == "ask":
         ask(hosts, hostvars, args.host, args.prompt)
-    if args.action == "summary":
+    elif args.action == "summary":
         summary(hosts, hostvars, args.inventory)
+    elif args.action == "up":
+        up(hosts, hostvars, args.owner)
     else:
-        {"up": up, "down": down}[args.action](hosts, hostvars)
+        down(hosts, hostvars)
 
 
 if __name__ == "__main__":
