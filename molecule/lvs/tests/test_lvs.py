@@ -46,6 +46,8 @@ def test_one_director_holds_the_vip_and_both_program_the_dr_service():
         for unit in ("keepalived", "llmops-breaker"):
             assert ssh(director, "systemctl is-enabled %s" % unit).strip() == "enabled"
             assert ssh(director, "systemctl is-active %s" % unit).strip() == "active"
+        # A director reads no GPU: the baseline gives it no tools venv (baseline_tools_groups).
+        assert ssh(director, "test -e /opt/llmops-vllm/tools && echo present || echo absent").strip() == "absent"
 
 
 def test_the_vip_reaches_both_nodes_and_replies_bypass_the_director():
