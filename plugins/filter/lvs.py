@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filter of the lvs_director role: what an LVS director announces and balances.
+"""Filters of LVS directors: what a director announces and balances (lvs_plan), and its IPVS table as
+ipvsadm prints it (ipvs_table).
 
-Documentation: lvs_plan.yml next to this file.
+Documentation: lvs_plan.yml and ipvs_table.yml next to this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,6 +14,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmops.vllm.plugins.module_utils._ipvs import IpvsError, parse_listing
 from ansible_collections.llmops.vllm.plugins.module_utils._lvs import LvsPlanError
 from ansible_collections.llmops.vllm.plugins.module_utils._lvs import lvs_plan as _lvs_plan
 
@@ -29,10 +31,19 @@ def lvs_plan(nodes, directors, settings, host=None):
                                  % (host, type(e).__name__, e)) from e
 
 
+def ipvs_table(listing):
+    """`ipvsadm -L -n --exact` as text, parsed as the ipvs_info module reads it (without the counters)."""
+    try:
+        return parse_listing(listing)
+    except IpvsError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
 class FilterModule(object):
     """llmops.vllm LVS filter."""
 
     def filters(self):
         return {
             'lvs_plan': lvs_plan,
+            'ipvs_table': ipvs_table,
         }
