@@ -1,0 +1,29 @@
+"""lab/lvs_probe.py's reading of /proc/net/ip_vs (the molecule/lvs watch of the directors' weights)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab"))
+
+from lvs_probe import ip_vs_weights  # noqa: E402
+
+# The kernel's format (net/netfilter/ipvs/ip_vs_ctl.c): two services, the lab's VIP 10.89.60.100:8000 first.
+TABLE = """IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+TCP  0A593C64:1F40 wlc
+  -> 0A593C0C:1F40      Route   100    0          0
+  -> 0A593C0B:1F40      Route   0      1          3
+TCP  0A593C65:01BB wlc persistent 360
+  -> 0A593C0B:01BB      Route   50     0          0
+""".splitlines()
+
+
+def test_the_weights_of_one_service_by_dotted_address():
+    assert ip_vs_weights(TABLE, "10.89.60.100", 8000) == {"10.89.60.12": 100, "10.89.60.11": 0}
+    assert ip_vs_weights(TABLE, "10.89.60.101", 443) == {"10.89.60.11": 50}
+
+
+def test_a_missing_service_has_no_weights():
+    assert ip_vs_weights(TABLE, "10.89.60.100", 443) == {}
+    assert ip_vs_weights([], "10.89.60.100", 8000) == {}
