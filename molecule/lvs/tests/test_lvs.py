@@ -93,10 +93,14 @@ def test_a_dead_edge_leaves_the_pool_within_3_s_and_clients_see_only_successes()
     watch = Watch(director)
     try:
         time.sleep(1)
-        stopped = time.monotonic()
-        node("lab-node2").check_output("systemctl stop nginx")
-        out = watch.first(address, lambda w: w == 0, stopped, timeout=30)
-        print("dead edge out of the pool after %s s" % (out if out is None else round(out, 2)))
+        # The edge dies at once (SIGKILL, no graceful quit), timed by the node's own clock: a container shares this
+        # machine's, and the podman exec around it took seconds under load.
+        issued = time.monotonic()
+        killed_at = float(node("lab-node2").check_output("systemctl kill --signal=KILL nginx && date +%s.%N"))
+        died = killed_at - (time.time() - time.monotonic())
+        out = watch.first(address, lambda w: w == 0, died, timeout=30)
+        print("dead edge out of the pool after %s s (the kill's podman exec began %.2f s before it)"
+              % (out if out is None else round(out, 2), died - issued))
         assert out is not None and out <= 3, out
         results = [completion() for _attempt in range(10)]
         assert all(r.endswith("\n200") for r in results), results
