@@ -37,10 +37,12 @@ SSH = ["ssh", "-i", SSH_KEY, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownH
        "LogLevel=ERROR", "-o", "BatchMode=yes"]
 FULL = 100
 sys.path.insert(0, os.path.join(PROJECT, "plugins", "module_utils"))
+from _ipvs import filter_services, parse_listing  # noqa: E402
 from _lvs import BREAKER_DEFAULTS  # noqa: E402  (the role's own defaults, not a copy)
 
 BREAKER = dict(BREAKER_DEFAULTS, **_load("group_vars", "lvs_directors.yml").get("lvs_director_breaker", {}))
 HALF_OPEN = BREAKER["half_open_weight"]
+_HEX_ADDRESS = re.compile(r"\b([0-9A-F]{8}):([0-9A-F]{4})\b")
 # The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
 # steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
 # Prints a JSON summary at the end.
@@ -98,22 +100,21 @@ def master():
 
 def weights(director):
     """{node address: weight} of the VIP's real servers on a director (ipvsadm -Ln --exact)."""
-    table = ssh(director, "ipvsadm -Ln --exact -t %s:8000" % VIP)
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"->\s+([0-9.]+):8000\s+Route\s+(\d+)", table)}
+    return listing_weights(ssh(director, "ipvsadm -Ln --exact -t %s:8000" % VIP), VIP, 8000)
 
 
 def ip_vs_weights(table, vip, port):
-    """{real server address: weight} of vip:port in /proc/net/ip_vs's text (hexadecimal addresses)."""
-    service = "%08X:%04X" % (int.from_bytes(socket.inet_aton(vip), "big"), port)
-    weights, inside = {}, False
-    for line in table:
-        fields = line.split()
-        if fields and fields[0] in ("TCP", "UDP", "SCTP", "FWM"):
-            inside = fields[1] == service
-        elif inside and fields[:1] == ["->"] and len(fields) >= 4 and fields[3].isdigit():
-            address = socket.inet_ntoa(int(fields[1].split(":")[0], 16).to_bytes(4, "big"))
-            weights[address] = int(fields[3])
-    return weights
+    """{real server address: weight} of vip:port in the lines of /proc/net/ip_vs: ipvsadm -Ln's text with hexadecimal
+    IPv4 addresses, read with the collection's own parser once they are dotted."""
+    text = _HEX_ADDRESS.sub(lambda m: "%s:%d" % (socket.inet_ntoa(bytes.fromhex(m.group(1))), int(m.group(2), 16)),
+                            "\n".join(table))
+    return listing_weights(text, vip, port)
+
+
+def listing_weights(text, vip, port):
+    """{real server address: weight} of TCP vip:port in ipvsadm -Ln's text (the collection's own parser)."""
+    services = filter_services(parse_listing(text)["services"], address=vip, port=port, protocol="tcp")
+    return {rs["address"]: rs["weight"] for service in services for rs in service["real_servers"]}
 
 
 class Watch:
