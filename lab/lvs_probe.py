@@ -118,7 +118,8 @@ def listing_weights(text, vip, port):
 
 
 class Watch:
-    """Samples a director's weights every 0.2 s over one ssh session, each line stamped with this machine's clock.
+    """Samples a director's weights every 0.2 s over one ssh session, each line stamped with this machine's clock;
+    it returns once the first sample is in.
 
     The loop runs on bash's builtins only (mapfile of /proc/net/ip_vs, read -t as the sleep): on an emulated
     director, an ipvsadm and an awk five times a second took CPU from keepalived's checks it was timing."""
@@ -132,6 +133,14 @@ class Watch:
                                         text=True)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
+        # The ssh session to an emulated director takes seconds to open: a sample taken only after an event would
+        # time the connection, not the event.
+        deadline = time.monotonic() + 60
+        while not self.samples:
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError("no weights from %s within 60 s" % director)
+            time.sleep(0.05)
 
     def _read(self):
         for line in self.process.stdout:

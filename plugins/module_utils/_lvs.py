@@ -202,6 +202,7 @@ def lvs_plan(nodes, directors, settings, host=None):
                        0, 86400 * 31)
     checks = {
         'delay_loop': _seconds(host, 'lvs_director_delay_loop', settings.get('delay_loop', 1)),
+        'health_delay_loop': _seconds(host, 'lvs_director_health_delay_loop', settings.get('health_delay_loop', 1)),
         'connect_timeout': _seconds(host, 'lvs_director_connect_timeout', settings.get('connect_timeout', 1)),
         'retry': _int(host, 'lvs_director_retry', settings.get('retry', 1), 0, 10),
         'delay_before_retry': _seconds(host, 'lvs_director_delay_before_retry', settings.get('delay_before_retry', 1)),

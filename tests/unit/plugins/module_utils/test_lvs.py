@@ -96,6 +96,12 @@ def test_the_breaker_config_is_valid_for_the_breaker_and_absent_when_off():
     assert plan(breaker={'enabled': False})['breaker_config'] is None
 
 
+def test_the_mtls_health_check_has_its_own_interval():
+    assert plan()['checks'] == {'delay_loop': 1, 'health_delay_loop': 1, 'connect_timeout': 1, 'retry': 1,
+                                'delay_before_retry': 1}
+    assert plan(delay_loop=1, health_delay_loop=5)['checks']['health_delay_loop'] == 5
+
+
 def test_no_authentication_is_a_warning():
     assert 'without authentication' in plan(auth_pass='')['warnings'][0]
 
@@ -114,6 +120,7 @@ def test_no_authentication_is_a_warning():
     ({'nodes': []}, 'no real server'),
     ({'scheduler': 'fastest'}, "lvs_director_scheduler 'fastest' is not an IPVS scheduler"),
     ({'weight': 300}, 'lvs_director_weight is 300'),
+    ({'health_delay_loop': 0}, 'lvs_director_health_delay_loop is 0'),
     ({'auth_pass': 'much-too-long'}, 'at most 8'),
     ({'breaker': {'threshold': 5}}, 'lvs_director_breaker.threshold is 5'),
     ({'breaker': {'windw': 5}}, 'unknown keys windw'),
