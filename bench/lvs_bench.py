@@ -109,15 +109,6 @@ def in_node(name, *args, check=True):
     return result.stdout
 
 
-def open_watch(director):
-    """A Watch on the director, once it has its first sample."""
-    watch = Watch(director)
-    if until(lambda: watch.samples, 30, step=0.1) is None:
-        watch.stop()
-        raise RuntimeError("no weight sample from %s" % director)
-    return watch
-
-
 def since(stamp, start):
     return None if stamp is None or start is None else stamp - start
 
@@ -130,7 +121,7 @@ def secs(value):
 
 def ejection(args, raw):
     """nginx stopped on NODE2: seconds until its weight is 0 on the master, then back at full weight."""
-    address, watch = NODES[NODE2], open_watch(master())
+    address, watch = NODES[NODE2], Watch(master())
     try:
         for rnd in range(args.rounds):
             settle()
@@ -175,7 +166,7 @@ def breaker_round(watch, address):
 
 def breaker(args, raw):
     """10 % of 503 at NODE1's edge: seconds from the first 503 a client saw to the node's weight 0 on the master."""
-    address, watch = NODES[NODE1], open_watch(master())
+    address, watch = NODES[NODE1], Watch(master())
     try:
         for rnd in range(args.rounds):
             settle(BREAKER_SETTLE)
@@ -281,7 +272,7 @@ def slowest(watches, address, weight, start, timeout):
 
 def upgrade_floor(instance):
     """What one node's upgrade cannot go below, taken on NODE1 by hand: drain, restart to ready, re-admit."""
-    address, watches = NODES[NODE1], [open_watch(d) for d in DIRECTORS]
+    address, watches = NODES[NODE1], [Watch(d) for d in DIRECTORS]
     try:
         start = time.monotonic()
         in_node(NODE1, "touch", DRAIN_FILE)
