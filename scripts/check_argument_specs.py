@@ -1,7 +1,8 @@
 """Check that every role's meta/argument_specs.yml matches its defaults/main.yml.
 
 For each role: the same variable names on both sides (all entry points together), equal default values, a type and a
-description for every option, and the `<role>_` prefix on every public variable but the fleet-level ones.
+description for every option, and the `<role>_` prefix on every public variable but the fleet-level ones. Across
+roles: a fleet-level variable that several roles read has one default and one type in all of them.
 Exits non-zero and names each mismatch.
 """
 
@@ -57,12 +58,31 @@ def check_role(role):
     return errors
 
 
+def check_fleet_variables(roles):
+    """A fleet-level variable read by several roles: the same default and type in each (the inventory sets it once)."""
+    seen = {}
+    for role in roles:
+        defaults_file = role / "defaults" / "main.yml"
+        defaults = load(defaults_file) if defaults_file.exists() else {}
+        for spec in load(role / "meta" / "argument_specs.yml").get("argument_specs", {}).values():
+            for var, option in ((spec or {}).get("options") or {}).items():
+                if var in FLEET_VARIABLES:
+                    seen.setdefault(var, {})[role.name] = (defaults.get(var), option.get("type"))
+    errors = []
+    for var, by_role in sorted(seen.items()):
+        if len(set(map(repr, by_role.values()))) > 1:
+            found = ", ".join("%s %r (%s)" % (name, default, kind) for name, (default, kind) in sorted(by_role.items()))
+            errors.append("fleet variable %s has different defaults or types: %s" % (var, found))
+    return errors
+
+
 def main():
     roles = sorted(p for p in ROLES.iterdir() if (p / "meta" / "argument_specs.yml").exists())
     missing = sorted(p.name for p in ROLES.iterdir() if p.is_dir() and p not in roles)
     errors = ["%s: no meta/argument_specs.yml" % name for name in missing]
     for role in roles:
         errors.extend(check_role(role))
+    errors.extend(check_fleet_variables(roles))
     for error in errors:
         print(error)
     print("argument specs: %d roles checked, %d problems" % (len(roles) + len(missing), len(errors)))
