@@ -1,7 +1,9 @@
 """site.yml refuses bad input (wrong types, then each role's semantic checks) before it touches any host."""
 
+import uuid
+
 import pytest
-from conftest import REPO, ansible_playbook, ansible_playbook_file, podman, write_inventory
+from conftest import LAB_IMAGE, REPO, ansible_playbook, ansible_playbook_file, podman, write_inventory
 
 
 def wheelhouse_of_0_32_0(tmp_path):
@@ -134,3 +136,69 @@ def test_pki_and_edge_preflight_refuse_before_any_host_changes(lab_host, tmp_pat
     assert not (tmp_path / "pki").exists()
     assert podman("exec", lab_host, "test", "-e", "/etc/llmops-vllm", check=False).returncode == 1
     assert podman("exec", lab_host, "dpkg", "-s", "nginx", check=False).returncode == 1
+
+
+@pytest.fixture
+def node_and_director():
+    """A node and a director: fresh systemd containers from the lab image on podman's default network (the director's
+    preflight reads its own address and network); removed afterwards."""
+    names = ["llmops-it-%s-%s" % (role, uuid.uuid4().hex[:6]) for role in ("node", "lb")]
+    try:
+        for name in names:
+            podman(
+                "run", "--detach", "--name", name, "--hostname", name, "--network", "podman", "--systemd=always",
+                "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", LAB_IMAGE, "/sbin/init",
+            )  # fmt: skip
+        yield names
+    finally:
+        for name in names:
+            podman("rm", "--force", "--time", "2", name, check=False)
+
+
+@pytest.mark.parametrize(
+    "director_vars, message",
+    [
+        (
+            "vllm_service_vips: [192.0.2.100]\n",
+            "host {director}: lvs_director: VIP 192.0.2.100 is outside director {director}'s network",
+        ),
+        (
+            "lvs_director_vrrp: true\n",
+            "host {director}: lvs_director: VRRP is on but the directors group has only {director}",
+        ),
+    ],
+    ids=["vip-outside-the-network", "vrrp-with-one-director"],
+)
+def test_director_preflight_refuses_before_any_host_changes(node_and_director, tmp_path, director_vars, message):
+    """A bad front door is refused by site.yml's preflight on real hosts, after the node published its summary, and
+    neither the node nor the director changes."""
+    node, director = node_and_director
+    inventory = tmp_path / "inventory"
+    for directory in ("group_vars", "host_vars"):
+        (inventory / directory).mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  children:\n    vllm_nodes:\n      hosts:\n        %s:\n    lvs_directors:\n      hosts:\n        %s:\n"
+        "  vars:\n    ansible_connection: podman_pipelined\n    ansible_python_interpreter: /usr/bin/python3\n"
+        % (node, director)
+    )
+    vip = "10.88.200.100"
+    (inventory / "group_vars" / "all.yml").write_text(
+        "pki_dir: %s\nvllm_service_vips: [%s]\nlvs_director_vrrp_auth_pass: it-vrrp\n" % (tmp_path / "pki", vip))
+    (inventory / "group_vars" / "lvs_directors.yml").write_text(
+        "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\nlvs_director_vrrp: false\n"
+        + director_vars)
+    (inventory / "host_vars" / ("%s.yml" % node)).write_text(
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\n"
+        "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n" % wheelhouse_of_0_32_0(tmp_path))
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert message.format(director=director) in output, output[-3000:]
+    assert "Fix: " in output.split(message.format(director=director), 1)[1][:400]
+    assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
+    assert not (tmp_path / "pki").exists()
+    for host in (node, director):
+        assert podman("exec", host, "test", "-e", "/etc/llmops-vllm", check=False).returncode == 1
+    assert podman("exec", director, "dpkg", "-s", "keepalived", check=False).returncode == 1
