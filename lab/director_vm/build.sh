@@ -12,7 +12,8 @@ repo=$(dirname "$(dirname "$here")")
 . "$repo/lab/cache.sh"
 cache_dir=$(llmops_cache_dir)
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-dest=$cache_dir/director-vm/bookworm-$(recipe_key "$here/build.sh" "$here/packages.txt" "$here/guest-config.sh")
+dest=$cache_dir/director-vm/bookworm-$(recipe_key "$here/build.sh" "$here/packages.txt" "$here/guest-config.sh" \
+  "$here/zip_bytecode.py")
 
 mkdir -p "$(dirname "$dest")"
 take_lock director-vm  # one build at a time; a concurrent one may have finished while this one waited
@@ -85,6 +86,13 @@ EOF
   echo 'Acquire::Languages "none";' >"$tree/etc/apt/apt.conf.d/llmops-lab-no-languages"
   rm -rf "$tree"/var/cache/apt/archives/*.deb "$tree"/var/cache/apt/*.bin "$tree"/var/lib/apt/lists/*
   touch -d 2000-01-01 "$tree/var/lib/apt/lists"
+
+  # Ansible's module payloads are zip files, whose imports Python compiles again at every task: the VM's python3
+  # keeps their bytecode (zip_bytecode.py; not under -S or -I, as the breaker runs).
+  site=$tree$(chroot "$tree" python3 -c 'import site; print(site.getsitepackages()[0])')
+  mkdir -p "$site"
+  install -m 0644 "$here/zip_bytecode.py" "$site/llmops_lab_zip_bytecode.py"
+  echo 'import llmops_lab_zip_bytecode; llmops_lab_zip_bytecode.install()' >"$site/llmops-lab-zip-bytecode.pth"
 
   # The kernel and initrd boot the VM from outside the image.
   kernel=$(basename "$(ls "$tree"/boot/vmlinuz-*)")
