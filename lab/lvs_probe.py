@@ -215,10 +215,23 @@ def play(playbook, *args):
                             env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                                      ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg")))
     if result.returncode:
-        # The tail before profile_tasks' recap: the failed task and the play recap.
+        # Each failed task, wherever it was, then the tail before profile_tasks' recap (the play recap).
         output = result.stdout.split("TASKS RECAP")[0] + result.stderr
-        raise RuntimeError("%s failed:\n%s" % (playbook, output[-6000:]))
+        raise RuntimeError("%s failed:\n%s\n...\n%s" % (playbook, "\n".join(failed_tasks(output)), output[-4000:]))
     return result.stdout
+
+
+def failed_tasks(output):
+    """Each failed task's TASK line, then its fatal: or failed: results (cut to 2000 characters each)."""
+    task, found = None, []
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith(("fatal: [", "failed: [")):
+            if task not in found:
+                found.append(task or "(no task)")
+            found.append(line[:2000])
+    return found
 
 
 def set_fault(hosts, fault):

@@ -37,3 +37,23 @@ TCP  10.89.60.100:8000 wlc
   -> 10.89.60.12:8000             Route   100    0          1
 """
     assert listing_weights(listing, "10.89.60.100", 8000) == {"10.89.60.11": 50, "10.89.60.12": 100}
+
+
+def test_a_failed_play_names_each_failed_task_and_its_message():
+    from lvs_probe import failed_tasks
+
+    output = """TASK [llmops.vllm.baseline : Preflight] ***
+ok: [lab-node1]
+
+TASK [llmops.vllm.lvs_director : Plan the director] ***
+fatal: [lab-lb1]: FAILED! => {"msg": "lab-lb1: lvs_director: no VIP"}
+fatal: [lab-lb2]: FAILED! => {"msg": "lab-lb2: lvs_director: no VIP"}
+
+PLAY RECAP ***
+"""
+    assert failed_tasks(output) == [
+        "TASK [llmops.vllm.lvs_director : Plan the director]",
+        'fatal: [lab-lb1]: FAILED! => {"msg": "lab-lb1: lvs_director: no VIP"}',
+        'fatal: [lab-lb2]: FAILED! => {"msg": "lab-lb2: lvs_director: no VIP"}',
+    ]
+    assert failed_tasks("ok: [x]\n") == []
