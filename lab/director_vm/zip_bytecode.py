@@ -9,6 +9,7 @@ a code object read back gets the current zip's path for its tracebacks. LLMOPS_L
 one process (the benchmark's other arm).
 """
 
+import _thread
 import os
 import sys
 import zipimport
@@ -42,7 +43,7 @@ def compile_source(pathname, source):
     compiled += 1
     try:
         os.makedirs(CACHE, mode=0o700, exist_ok=True)
-        partial = "%s.%d" % (path, os.getpid())
+        partial = "%s.%d.%d" % (path, os.getpid(), _thread.get_ident())  # threads of a process import too
         with open(partial, "wb") as out:
             marshal.dump(code, out)
         os.replace(partial, path)
