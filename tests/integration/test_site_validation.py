@@ -185,8 +185,8 @@ def test_director_preflight_refuses_before_any_host_changes(node_and_director, t
     (inventory / "group_vars" / "all.yml").write_text(
         "pki_dir: %s\nvllm_service_vips: [%s]\nlvs_director_vrrp_auth_pass: it-vrrp\n" % (tmp_path / "pki", vip))
     (inventory / "group_vars" / "lvs_directors.yml").write_text(
-        "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\nlvs_director_vrrp: false\n"
-        + director_vars)
+        "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\n"
+        + ("" if "lvs_director_vrrp:" in director_vars else "lvs_director_vrrp: false\n") + director_vars)
     (inventory / "host_vars" / ("%s.yml" % node)).write_text(
         "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\n"
         "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n" % wheelhouse_of_0_32_0(tmp_path))
@@ -197,6 +197,9 @@ def test_director_preflight_refuses_before_any_host_changes(node_and_director, t
     assert result.returncode != 0, output
     assert message.format(director=director) in output, output[-3000:]
     assert "Fix: " in output.split(message.format(director=director), 1)[1][:400]
+    # The stages run in the table's order on every host: the node publishes its summary before the director reads it.
+    assert output.index("TASK [llmops.vllm.edge : Publish the node summary]") < output.index(
+        "TASK [llmops.vllm.lvs_director : Check that every real server has published what it serves]")
     assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
     assert not (tmp_path / "pki").exists()
     for host in (node, director):
