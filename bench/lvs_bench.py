@@ -346,7 +346,7 @@ def report_ejection(raw, _args):
 def report_breaker(raw, _args):
     rounds = raw["rounds"]
     return ["### Breaker reaction", "",
-            "10 %% of 503 injected at %s's edge (`edge_fault_injection`, site.yml's edge tags) under 10 req/s through "
+            "10 %% of 503 injected at %s's edge (`playbooks/edge_fault.yml`) under 10 req/s through "
             "the VIP; breaker window %s s, min_requests %s, cool-down %s s." % (
                 NODE1, WINDOW, BREAKER["min_requests"], COOLDOWN),
             "", *TIMES, time_row("weight 0 after the first 503 a client saw", column(rounds, "reaction_s")),

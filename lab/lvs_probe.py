@@ -235,9 +235,8 @@ def failed_tasks(output):
 
 
 def set_fault(hosts, fault):
-    """Re-apply the edge of some nodes with edge_fault_injection (nothing else changes)."""
-    play("site.yml", "--limit", ",".join(hosts), "--tags", "edge_configure,edge_run",
-         "-e", json.dumps({"edge_fault_injection": fault}))
+    """Set the fault injection of some nodes' edge with the game-day playbook (only the fault changes)."""
+    play("playbooks/edge_fault.yml", "--limit", ",".join(hosts), "-e", json.dumps({"edge_fault_injection": fault}))
 
 
 POLL_VIP = ("timeout 60 sh -c 'until ip -4 -o address show dev eth0 | grep -qF \"inet %s/32\"; do sleep 0.05; done; "

@@ -5,7 +5,7 @@
 
 """Filter of the edge role: what the TLS edge of a vLLM node serves.
 
-Documentation: edge_plan.yml next to this file.
+Documentation: edge_plan.yml and edge_fault.yml next to this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.module_utils._edge import EdgePlanError
 from ansible_collections.llmops.vllm.plugins.module_utils._edge import edge_plan as _edge_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._edge import fault_injection as _fault_injection
 
 
 def edge_plan(serving_plan, settings=None, host=None):
@@ -25,10 +26,19 @@ def edge_plan(serving_plan, settings=None, host=None):
         raise AnsibleFilterError(str(e)) from e
 
 
+def edge_fault(fault, host=None):
+    """A fault injection as the edge's fault file holds it (None: off); see edge_fault.yml."""
+    try:
+        return _fault_injection(fault, host)
+    except EdgePlanError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
 class FilterModule(object):
     """llmops.vllm edge filter."""
 
     def filters(self):
         return {
+            'edge_fault': edge_fault,
             'edge_plan': edge_plan,
         }

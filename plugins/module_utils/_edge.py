@@ -12,7 +12,7 @@ edge_plan() is the one decision of the edge role. It reads the host's serving pl
 address, port and served model name, decided there), groups the instances by served model name (one upstream per
 model, one per instance for path routes), hashes the API keys (the rendered config never holds a key), turns
 rate limits into nginx zones and checks the fault injection (edge_fault_injection, off by default). The role
-renders the result into nginx.conf.
+renders the result into nginx.conf. fault_injection() alone checks a game day's fault (playbooks/edge_fault.yml).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -103,8 +103,8 @@ def _api_keys(host, keys):
     return result
 
 
-def _fault_injection(host, fault):
-    """edge_fault_injection as the Lua module reads it, or None when it is off (empty)."""
+def fault_injection(fault, host=None):
+    """edge_fault_injection as the Lua module reads it (the fault file), or None when it is off (empty)."""
     if fault is None or (isinstance(fault, Mapping) and not fault):
         return None
     if not isinstance(fault, Mapping):
@@ -240,7 +240,7 @@ def edge_plan(serving_plan, settings=None, host=None):
               'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
     default_model = model_order[0] if len(model_order) == 1 else None
     tls = _tls(host, settings)
-    fault = _fault_injection(host, settings.get('fault_injection'))
+    fault = fault_injection(settings.get('fault_injection'), host)
     endpoints = ['%s:%d' % ('[%s]' % a if ':' in a else a, port) for a in listen]
     lua = {
         'api_paths': list(API_PATHS),
@@ -249,7 +249,6 @@ def edge_plan(serving_plan, settings=None, host=None):
         'default_model': default_model,
         'instances': dict((r['name'], {'upstream': r['upstream'], 'model': r['model']}) for r in routes),
         'api_keys': dict((k['sha256'], k['name']) for k in api_keys),
-        'fault': fault,
     }
     return {
         'port': port,

@@ -448,14 +448,14 @@ def test_the_audit_log_has_one_json_line_per_request_and_no_prompt(node):
     assert node.run("grep -rl audit-canary /var/log").stdout == ""
 
 
-def play(*args):
-    """Run converge.yml again with the vault password; returns its output."""
+def play(*args, playbook=None, passes=True):
+    """Run converge.yml (or another playbook) with the vault password; returns its output."""
     cmd = ["ansible-playbook", "-i", INVENTORY, "--vault-password-file", VAULT_PASSWORD,
-           os.path.join(SCENARIO, "converge.yml"), *args]
+           playbook or os.path.join(SCENARIO, "converge.yml"), *args]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
+    assert (result.returncode == 0) == passes, output[-6000:]
     return output
 
 
@@ -552,6 +552,8 @@ def test_a_check_run_after_the_rotation_changes_nothing():
 
 
 # Fault injection for the game day: every completion (share 1.0) answered 503 by the edge itself.
+# Set from the inventory by site.yml, and lifted by the game-day playbook that changes only the fault.
+GAME_DAY = os.path.join(SCENARIO, "..", "..", "playbooks", "edge_fault.yml")
 FAULT = ["-e", json.dumps({"edge_fault_injection": {"share": 1.0, "status": 503}})]
 
 
@@ -583,7 +585,15 @@ def test_fault_injection_answers_the_model_api_until_it_is_removed(client, node,
             assert line["status"] == 503 and line["fault"] is True and line["api_key"] == "molecule-app", line
             assert line["upstream"] == "" and line["model"] == "", line
     finally:
-        play(*ROTATE)
+        # Lifted by the game-day playbook: a bad fault is refused first, then only the fault file changes.
+        refused = " ".join(play("-e", json.dumps({"edge_fault_injection": {"share": 2}}), playbook=GAME_DAY,
+                                passes=False).split())
+        assert "host edge-node: edge: edge_fault_injection share must be a number above 0 and at most 1" in refused
+        assert "TASK [llmops.vllm.edge : Write the fault injection]" not in refused
+        output = play("-e", json.dumps({"edge_fault_injection": {}}), playbook=GAME_DAY)
+    assert "RUNNING HANDLER [llmops.vllm.edge : Reload nginx]" in output
+    assert re.search(r"^edge-node\s+: ok=\d+\s+changed=2\s", output, re.M), output[-3000:]
+    assert node.file("/etc/nginx/llmops-vllm/fault.json").content_string == "null\n"
     # Off again: completions are served, and no fault is counted any more.
     assert wait_for(lambda: curl(client, completions, body=completion_body())[0] == 200, timeout=30, step=1)
     before = edge_counters(client, node_ip)

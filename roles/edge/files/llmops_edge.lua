@@ -1,6 +1,7 @@
 -- llmops.vllm edge: API keys, routing by model or path, token accounting for the audit log, response counters
 -- per status class (/edge/metrics) and fault injection (edge_fault_injection, off by default).
--- The routing table comes from nginx.conf (init_by_lua_block), rendered from the edge_plan filter.
+-- The routing table comes from nginx.conf (init_by_lua_block), rendered from the edge_plan filter; the fault
+-- injection from its own file (JSON, null for off), read when nginx starts or reloads.
 local cjson = require "cjson.safe"
 local ffi = require "ffi"
 
@@ -17,21 +18,37 @@ local STATS = "llmops_edge_stats"
 local CLASSES = { "1xx", "2xx", "3xx", "4xx", "5xx", "none" }
 local FAULT_MESSAGE = "fault injected by the edge (edge_fault_injection)"
 
-function _M.configure(json)
+-- The fault file: a missing file or null is off.
+local function read_fault(path)
+  local file = io.open(path, "r")
+  if not file then
+    return nil
+  end
+  local text = file:read("*a")
+  file:close()
+  local fault, err = cjson.decode(text)
+  if fault == nil then
+    error("llmops edge: bad fault file " .. path .. ": " .. tostring(err))
+  end
+  if fault == cjson.null then
+    return nil
+  end
+  return fault
+end
+
+function _M.configure(json, fault_file)
   local parsed, err = cjson.decode(json)
   if not parsed then
     error("llmops edge: bad routing table: " .. tostring(err))
   end
   conf = parsed
+  conf.fault = read_fault(fault_file)
   api_paths = {}
   for _, path in ipairs(conf.api_paths) do
     api_paths[path] = true
   end
   if conf.default_model == cjson.null then
     conf.default_model = nil
-  end
-  if conf.fault == cjson.null then
-    conf.fault = nil
   end
 end
 

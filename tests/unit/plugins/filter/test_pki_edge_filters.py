@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Wiring of the pki_plan and edge_plan filters (the decisions are tested in module_utils), and the edge role's
-nginx.conf rendered from an edge plan."""
+"""Wiring of the pki_plan, edge_plan and edge_fault filters (the decisions are tested in module_utils), and the edge
+role's nginx.conf rendered from an edge plan."""
 
 from __future__ import annotations
 
@@ -42,20 +42,31 @@ def test_pki_plan_filter():
 
 
 def test_edge_plan_filter():
-    [name] = edge.FilterModule().filters()
+    name = 'edge_plan'
     serving = {'instances': [{'name': 'tiny', 'port': 8101, 'served_model_name': 'tiny', 'address': '127.0.0.1',
                               'metrics_path': '/metrics'}]}
     settings = {'port': 8000, 'default_address': '10.0.0.1', 'tls_certificate': '/s.crt', 'tls_key': '/s.key',
                 'tls_ca': '/ca.crt'}
     result = edge.FilterModule().filters()[name](serving, settings, 'n1')
-    assert name == 'edge_plan' and result['listen'] == ['10.0.0.1'] and result['stats_path'] == '/edge/metrics'
+    assert result['listen'] == ['10.0.0.1'] and result['stats_path'] == '/edge/metrics'
     with pytest.raises(AnsibleFilterError, match='host n1: edge: the host has no vLLM instance'):
         edge.edge_plan({'instances': []}, {'port': 8000}, host='n1')
     with pytest.raises(AnsibleFilterError, match='host n1: edge: edge_fault_injection share must be'):
         edge.edge_plan(serving, dict(settings, fault_injection={'share': 0}), host='n1')
 
 
-@pytest.mark.parametrize('module, doc', [(pki, 'pki_plan.yml'), (edge, 'edge_plan.yml')])
+def test_edge_fault_filter():
+    fault = edge.FilterModule().filters()['edge_fault']
+    assert sorted(edge.FilterModule().filters()) == ['edge_fault', 'edge_plan']
+    assert fault({}, host='n1') is None and fault(None) is None
+    assert fault({'share': 0.5, 'paths': ['/v1/completions']}, host='n1') == {
+        'share': 0.5, 'status': 503, 'paths': ['/v1/completions']}
+    with pytest.raises(AnsibleFilterError, match='host n1: edge: edge_fault_injection paths entry /health is not a '
+                                                 'model API path'):
+        fault({'share': 0.5, 'paths': ['/health']}, host='n1')
+
+
+@pytest.mark.parametrize('module, doc', [(pki, 'pki_plan.yml'), (edge, 'edge_plan.yml'), (edge, 'edge_fault.yml')])
 def test_documentation_names_the_filter(module, doc):
     path = Path(inspect.getsourcefile(module)).parent / doc
     documentation = yaml.safe_load(path.read_text())['DOCUMENTATION']
@@ -70,6 +81,8 @@ def render_nginx_conf(**settings):
                      'tls_ca': '/ca.crt'}, **settings)
     variables = yaml.safe_load((ROLE / 'defaults' / 'main.yml').read_text())
     variables.update(yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text()))
+    # A role variable built from another, as the role's vars would be templated.
+    variables['_edge_fault_file'] = trust_as_template(variables['_edge_fault_file'])
     variables.update(_edge_plan=edge.edge_plan(serving, settings, 'n1'), inventory_hostname='n1',
                      ansible_managed='Ansible managed')
     templar = Templar(loader=DataLoader(), variables=variables)
@@ -99,11 +112,9 @@ def test_nginx_conf_counts_client_traffic_and_serves_the_counters():
     assert '"fault":$edge_log_fault}\';' in conf and 'set $edge_fault "";' in conf
 
 
-def test_nginx_conf_carries_the_fault_injection_to_the_lua_module():
-    off = re.search(r'edge\.configure\(\[==\[(.*)\]==\]\)', render_nginx_conf()).group(1)
-    assert json.loads(off)['fault'] is None
-    on = re.search(r'edge\.configure\(\[==\[(.*)\]==\]\)',
-                   render_nginx_conf(fault_injection={'share': 1, 'status': 503})).group(1)
-    assert json.loads(on)['fault'] == {'share': 1.0, 'status': 503, 'paths': ['/v1/', '/tokenize', '/detokenize',
-                                                                              '/version', '/pooling', '/classify',
-                                                                              '/score', '/rerank']}
+def test_nginx_conf_hands_the_lua_module_the_fault_file():
+    conf = render_nginx_conf(fault_injection={'share': 1, 'status': 503})
+    table, fault_file = re.search(r'edge\.configure\(\[==\[(.*)\]==\], "([^"]+)"\)', conf).groups()
+    # The fault is only in its file (tasks/fault.yml), so that a game day changes nothing else.
+    assert 'fault' not in json.loads(table) and '"share"' not in conf
+    assert fault_file == '/etc/nginx/llmops-vllm/fault.json'

@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from ansible_collections.llmops.vllm.plugins.module_utils._edge import API_PATHS, EdgePlanError, edge_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._edge import (
+    API_PATHS, EdgePlanError, edge_plan, fault_injection)
 
 KEY = 'k' * 40
 SETTINGS = {'port': 8000, 'default_address': '10.20.1.11', 'listen_addresses': [], 'vips': [], 'api_keys': [],
@@ -60,20 +61,21 @@ def test_the_lab_node_listens_on_its_address_and_routes_its_only_model():
     assert result['cpu_affinity'] == '' and result['worker_processes'] == 'auto'
     # The counters are at a fixed path; fault injection is off unless asked for.
     assert result['stats_path'] == '/edge/metrics'
-    assert result['fault_injection'] is None and json.loads(result['lua_config'])['fault'] is None
+    assert result['fault_injection'] is None and 'fault' not in json.loads(result['lua_config'])
 
 
 @pytest.mark.parametrize('fault', [None, {}])
 def test_fault_injection_is_off_when_empty(fault):
-    result = plan(fault_injection=fault)
-    assert result['fault_injection'] is None and json.loads(result['lua_config'])['fault'] is None
+    assert plan(fault_injection=fault)['fault_injection'] is None
+    assert fault_injection(fault, 'node1') is None
 
 
 def test_fault_injection_defaults_to_503_on_the_whole_model_api():
     result = plan(fault_injection={'share': 1})
     expected = {'share': 1.0, 'status': 503, 'paths': ['/v1/'] + list(API_PATHS)}
-    assert result['fault_injection'] == expected
-    assert json.loads(result['lua_config'])['fault'] == expected
+    assert result['fault_injection'] == expected == fault_injection({'share': 1}, 'node1')
+    # The fault is in its own file, not in the routing table.
+    assert 'fault' not in json.loads(result['lua_config'])
     # The counters path and /health are not model API paths.
     assert not [p for p in expected['paths'] if '/edge/metrics'.startswith(p) or '/health'.startswith(p)]
 
@@ -81,7 +83,7 @@ def test_fault_injection_defaults_to_503_on_the_whole_model_api():
 def test_fault_injection_takes_a_share_a_status_and_paths():
     fault = {'share': 0.25, 'status': 429, 'paths': ['/v1/chat/completions', '/tokenize']}
     result = plan(fault_injection=fault)
-    assert result['fault_injection'] == fault and json.loads(result['lua_config'])['fault'] == fault
+    assert result['fault_injection'] == fault == fault_injection(fault)
     assert isinstance(result['fault_injection']['share'], float)
     assert plan(fault_injection={'share': 0.001, 'status': 599})['fault_injection']['status'] == 599
     # Prefixes of model API paths are model API paths.
