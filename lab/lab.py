@@ -130,8 +130,9 @@ def wait_for_systemd(host, attempts=60):
     sys.exit("lab: systemd in %s did not come up (last state %r)" % (host, state))
 
 
-def remove(*containers, attempts=3):
-    """podman rm --force, retried: under load a container can still be stopping when the first rm runs."""
+def remove(*containers, attempts=5):
+    """podman rm --force, retried: under load a container can still be stopping when the first rm runs, and one was
+    still listed 25 s after an rm that exited 0 (CI, molecule/lvs's destroy after its verify)."""
     if not containers:
         return
     for attempt in range(1, attempts + 1):
@@ -140,10 +141,13 @@ def remove(*containers, attempts=3):
         if not left:
             return
         if attempt == attempts:
-            sys.exit("lab: podman rm %s failed (exit %d): %s"
-                     % (" ".join(left), result.returncode, result.stderr.strip()))
+            states = podman("ps", "-a", "--format", "{{.Names}}: {{.State}}", *[
+                arg for name in left for arg in ("--filter", "name=^%s$" % name)], check=False, capture=True)
+            sys.exit("lab: podman rm %s failed (exit %d): %s; still there: %s"
+                     % (" ".join(left), result.returncode, result.stderr.strip(),
+                        ", ".join(states.stdout.split("\n")).strip(", ")))
         podman("kill", *left, check=False, capture=True)
-        run("sleep", "2")
+        run("sleep", str(2 * attempt))
 
 
 def down(hosts, hostvars):

@@ -132,7 +132,8 @@ def test_the_breaker_leaves_2_percent_in_ejects_10_percent_and_readmits_half_ope
     full = watch.first(address, lambda w: w == FULL, lifted, timeout=BREAKER["cooldown"] * 2 + BREAKER["window"] * 2)
     result = load.stop()
     watch.stop()
-    print("breaker: fault lifted; half open after %s s, full weight after %s s" % (half_open, full))
+    print("breaker: fault lifted; half open after %s s, full weight after %s s"
+          % tuple(None if t is None else round(t, 1) for t in (half_open, full)))
     assert half_open is not None and full is not None and half_open < full, watch.seen(address, lifted)
     # The other node stayed at full weight throughout.
     assert set(watch.seen(other, two_percent)) == {FULL}
