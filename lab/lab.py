@@ -131,20 +131,25 @@ def wait_for_systemd(host, attempts=60):
 
 
 def remove(*containers, attempts=5):
-    """podman rm --force, retried: under load a container can still be stopping when the first rm runs, and one was
-    still listed 25 s after an rm that exited 0 (CI, molecule/lvs's destroy after its verify)."""
-    if not containers:
-        return
+    """Stop, then podman rm --force each container by itself, retried for what is left. Under load a container can
+    still be stopping when the first rm runs; and podman 4.3's rm stops at the first name it cannot find and still
+    exits 0, so a list with one name already gone left the rest in place (CI, molecule/lvs's destroy)."""
+    left = list(containers)
     for attempt in range(1, attempts + 1):
-        result = podman("rm", "--force", "--time", "5", *containers, check=False, capture=True)
-        left = [name for name in containers if exists("container", name)]
+        podman("stop", "--ignore", "--time", "5", *left, check=False, capture=True)
+        errors = []
+        for name in left:
+            result = podman("rm", "--force", "--time", "5", name, check=False, capture=True)
+            if result.returncode:
+                errors.append("%s: exit %d %s" % (name, result.returncode, result.stderr.strip()))
+        left = [name for name in left if exists("container", name)]
         if not left:
             return
         if attempt == attempts:
             states = podman("ps", "-a", "--format", "{{.Names}}: {{.State}}", *[
                 arg for name in left for arg in ("--filter", "name=^%s$" % name)], check=False, capture=True)
-            sys.exit("lab: podman rm %s failed (exit %d): %s; still there: %s"
-                     % (" ".join(left), result.returncode, result.stderr.strip(),
+            sys.exit("lab: podman rm failed for %s (%s); still there: %s"
+                     % (" ".join(left), "; ".join(errors) or "it exited 0",
                         ", ".join(states.stdout.split("\n")).strip(", ")))
         podman("kill", *left, check=False, capture=True)
         run("sleep", str(2 * attempt))
