@@ -159,7 +159,7 @@ def node_and_director():
     "director_vars, message",
     [
         (
-            "vllm_service_vips: [192.0.2.100]\n",
+            "lvs_director_vrrp: false\nvllm_service_vips: [192.0.2.100]\n",
             "host {director}: lvs_director: VIP 192.0.2.100 is outside director {director}'s network",
         ),
         (
@@ -185,8 +185,7 @@ def test_director_preflight_refuses_before_any_host_changes(node_and_director, t
     (inventory / "group_vars" / "all.yml").write_text(
         "pki_dir: %s\nvllm_service_vips: [%s]\nlvs_director_vrrp_auth_pass: it-vrrp\n" % (tmp_path / "pki", vip))
     (inventory / "group_vars" / "lvs_directors.yml").write_text(
-        "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\n"
-        + ("" if "lvs_director_vrrp:" in director_vars else "lvs_director_vrrp: false\n") + director_vars)
+        "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\n" + director_vars)
     (inventory / "host_vars" / ("%s.yml" % node)).write_text(
         "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\n"
         "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n" % wheelhouse_of_0_32_0(tmp_path))

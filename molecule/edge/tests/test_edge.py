@@ -553,7 +553,7 @@ def test_a_check_run_after_the_rotation_changes_nothing():
 
 # Fault injection for the game day: every completion (share 1.0) answered 503 by the edge itself.
 # Set from the inventory by site.yml, and lifted by the game-day playbook that changes only the fault.
-GAME_DAY = os.path.join(SCENARIO, "..", "..", "playbooks", "edge_fault.yml")
+GAME_DAY = os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", "edge_fault.yml")
 FAULT = ["-e", json.dumps({"edge_fault_injection": {"share": 1.0, "status": 503}})]
 
 
