@@ -27,7 +27,7 @@ NAME = "llmops-bench-director"
 NETWORK, ADDRESS = "llmops-bench-director", "10.89.98.21"
 PLAY = [{
     "name": "The director role's kinds of task, with nothing to change",
-    "hosts": NAME,
+    "hosts": "all",
     "gather_facts": False,
     "environment": {"LLMOPS_LAB_ZIP_BYTECODE": "{{ zip_bytecode }}"},
     "tasks": [
@@ -49,16 +49,37 @@ def run(*args, check=True, **kwargs):
     return subprocess.run(args, check=check, text=True, capture_output=True, **kwargs)
 
 
-def play(workdir, zip_bytecode, first=False):
-    """Seconds of one run of the play, and its task count; exits when it failed, or changed something after the
-    first run."""
+def start():
+    """The lab's private key, after making the bench's podman network."""
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(REPO, ".cache", "containers.conf"))
+    run("podman", "network", "create", "--subnet", "10.89.98.0/24", NETWORK)
+    return run(sys.executable, VM, "key").stdout.strip()
+
+
+def write_play(workdir, hosts, key):
+    """The play, its template and an inventory of HOSTS (name: address) in WORKDIR."""
+    with open(os.path.join(workdir, "hosts.json"), "w") as f:
+        json.dump({"all": {"hosts": {name: {
+            "ansible_host": address, "ansible_user": "root", "ansible_ssh_private_key_file": key,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
+            for name, address in hosts.items()}}}, f)
+    with open(os.path.join(workdir, "play.json"), "w") as f:
+        json.dump(PLAY, f)
+    with open(os.path.join(workdir, "bench.j2"), "w") as f:
+        f.write("{{ inventory_hostname }}\n")
+
+
+def play(workdir, zip_bytecode, first=False, host=NAME):
+    """Seconds of one run of the play on HOST, and its task count; exits when it failed, or changed something after
+    the first run."""
     playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     start = time.perf_counter()
     result = run(playbook, "-i", os.path.join(workdir, "hosts.json"), os.path.join(workdir, "play.json"),
-                 "-e", "zip_bytecode=%d" % zip_bytecode, check=False, env=env, cwd=workdir)
+                 "-l", host, "-e", "zip_bytecode=%d" % zip_bytecode, check=False, env=env, cwd=workdir)
     seconds = time.perf_counter() - start
-    recap = re.search(r"^%s\s+: ok=(\d+)\s+changed=(\d+)" % NAME, result.stdout, re.M)
+    recap = re.search(r"^%s\s+: ok=(\d+)\s+changed=(\d+)" % host, result.stdout, re.M)
     if result.returncode or not recap or (recap.group(2) != "0" and not first):
         sys.exit("bench: a run failed or changed something:\n%s" % (result.stdout[-3000:] + result.stderr))
     return seconds, int(recap.group(1))
@@ -68,22 +89,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(REPO, ".cache", "containers.conf"))
-    key = run(sys.executable, VM, "key").stdout.strip()
-    run("podman", "network", "create", "--subnet", "10.89.98.0/24", NETWORK)
+    key = start()
     times = {1: [], 0: []}
     try:
         run(sys.executable, VM, "up", NAME, "--ip", ADDRESS + "/24", "--network", NETWORK, "--memory", "640")
         with tempfile.TemporaryDirectory() as workdir:
-            with open(os.path.join(workdir, "hosts.json"), "w") as f:
-                json.dump({"all": {"hosts": {NAME: {
-                    "ansible_host": ADDRESS, "ansible_user": "root", "ansible_ssh_private_key_file": key,
-                    "ansible_python_interpreter": "/usr/bin/python3",
-                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}}, f)
-            with open(os.path.join(workdir, "play.json"), "w") as f:
-                json.dump(PLAY, f)
-            with open(os.path.join(workdir, "bench.j2"), "w") as f:
-                f.write("{{ inventory_hostname }}\n")
+            write_play(workdir, {NAME: ADDRESS}, key)
             play(workdir, 1, first=True)  # writes the files and fills the cache
             for rnd in range(args.rounds):
                 for arm in (1, 0) if rnd % 2 == 0 else (0, 1):

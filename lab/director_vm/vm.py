@@ -15,7 +15,8 @@ podman network's bridge, so the VM sits on the containers' L2 segment, and this 
 reaches it over ssh as root with the lab's key, made once per clone. The VM configures itself at boot from its
 kernel command line (guest-config.sh). State: .cache/director-vms/NAME/ (disk.qcow2, console.log, qemu.pid,
 qmp.sock, vm.json). Run as root; podman must use .cache/containers.conf (the Makefile exports CONTAINERS_CONF).
-DIRECTOR_VM_APPEND adds kernel parameters (for a verbose console: 'loglevel=7 systemd.show_status=1').
+DIRECTOR_VM_APPEND adds kernel parameters (for a verbose console: 'loglevel=7 systemd.show_status=1');
+DIRECTOR_VM_CPU sets QEMU's CPU model (default qemu64, see CPU_MODEL).
 """
 
 import argparse
@@ -42,10 +43,15 @@ SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/
                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 BOOT_TIMEOUT = 180
 NAT_COMMENT = "llmops-director-vm:%s"
-# Software emulation (KVM hangs in the development machines' nested guests). A director's working set of
-# translated code is about 250 MiB (Ansible's Python): a 64 MiB cache was flushed 303 times in an hour and the
-# director role's second run took 6 min 22 s; with 512 MiB, 2 flushes and 5 min 06 s, for about 1 GiB resident.
+# Software emulation. The development machines' /dev/kvm (nested, no vmx flag) runs a guest far too slowly: the
+# bzImage's decompressor gave no kernel line in 150 s, and an uncompressed kernel stopped on an emulation failure
+# (cmpxchg16b) 16 s into its boot. A director's working set of translated code is about 250 MiB (Ansible's
+# Python): a 64 MiB cache was flushed 303 times in an hour and the director role's second run took 6 min 22 s;
+# with 512 MiB, 2 flushes and 5 min 06 s, for about 1 GiB resident.
 ACCEL = "tcg,tb-size=512"
+# An x86-64 baseline CPU: with -cpu max the guest's glibc, OpenSSL and Python take AVX2/SHA paths that QEMU 7.2's
+# TCG emulates in slow helpers (bench/director_cpu_bench.py: the director play and the boot, qemu64 against max).
+CPU_MODEL = "qemu64"
 
 
 class VMError(Exception):
@@ -256,7 +262,8 @@ def up(name, ip, network, memory=768, key=None, dns=None, timeout=BOOT_TIMEOUT, 
     if os.path.exists(console):
         os.replace(console, console + ".1")
     started = time.monotonic()
-    run("qemu-system-x86_64", "-name", name, "-machine", "pc", "-accel", ACCEL, "-cpu", "max", "-smp", str(cpus),
+    run("qemu-system-x86_64", "-name", name, "-machine", "pc", "-accel", ACCEL,
+        "-cpu", os.environ.get("DIRECTOR_VM_CPU", CPU_MODEL), "-smp", str(cpus),
         "-m", str(memory), "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
         "-kernel", os.path.join(entry, "vmlinuz"), "-initrd", os.path.join(entry, "initrd.img"),
         "-append", " ".join(cmdline),
