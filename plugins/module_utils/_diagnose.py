@@ -24,11 +24,11 @@ SIGNATURES = (
      'a kernel touched memory it does not own (CUDA error 700)',
      'check that the driver supports the CUDA of the installed vLLM (gpu_facts: driver_version, cuda_version), '
      'the PCIe link of the GPU (lspci -vvv: LnkSta against LnkCap), and its memory bandwidth (bandwidthTest)'),
-    ('xid', r'\bXid\b|NVRM: Xid',
+    ('xid', r'\bXid\b',
      'the NVIDIA driver reported an Xid error for a GPU',
      'look the Xid code up in NVIDIA\'s Xid table; 48, 63, 64, 74, 79 and 94/95 point at the GPU or its link: '
      'drain the node and check it (nvidia-smi -q, lspci -vvv)'),
-    ('nccl_timeout', r'NCCL[^\n]*(timed out|timeout|Timeout)|Watchdog caught collective operation timeout',
+    ('nccl_timeout', r'NCCL.*(timed out|[Tt]imeout)|Watchdog caught collective operation timeout',
      'a collective between the instance\'s GPUs or hosts timed out (NCCL)',
      'check the interconnect of the tensor- and pipeline-parallel group (NVLink, PCIe topology, the network '
      'between hosts); rerun with NCCL_DEBUG=INFO'),
@@ -36,8 +36,7 @@ SIGNATURES = (
      'the engine process died, and the instance answers nothing until systemd restarts it',
      'read the instance\'s journal lines before this one for the cause; systemd restarts the unit'),
 )
-_COMPILED = tuple((sid, re.compile(pattern)) for sid, pattern, _meaning, _fix in SIGNATURES)
-_TEXT = dict((sid, (meaning, fix)) for sid, _pattern, meaning, fix in SIGNATURES)
+_COMPILED = tuple((sid, re.compile(pattern), meaning, fix) for sid, pattern, meaning, fix in SIGNATURES)
 
 
 def message_of(record):
@@ -48,9 +47,14 @@ def message_of(record):
     return message if isinstance(message, str) else ''
 
 
+def _shown(message):
+    """(id, meaning, fix) of each signature a message shows, in SIGNATURES' order."""
+    return [(sid, meaning, fix) for sid, pattern, meaning, fix in _COMPILED if pattern.search(message)]
+
+
 def matches(message):
     """The ids of the signatures a message shows, in SIGNATURES' order."""
-    return [sid for sid, pattern in _COMPILED if pattern.search(message)]
+    return [sid for sid, _meaning, _fix in _shown(message)]
 
 
 def scan(records, units=None):
@@ -65,11 +69,10 @@ def scan(records, units=None):
         if units is not None and unit not in units:
             continue
         message = message_of(record)
-        for sid in matches(message):
+        for sid, meaning, fix in _shown(message):
             stamp = int(record.get('__REALTIME_TIMESTAMP') or 0)
             finding = findings.get((unit, sid))
             if finding is None:
-                meaning, fix = _TEXT[sid]
                 findings[(unit, sid)] = {'unit': unit, 'signature': sid, 'count': 1, 'first': stamp, 'last': stamp,
                                          'sample': message[:500], 'meaning': meaning, 'fix': fix}
             else:
