@@ -1,0 +1,137 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, llmops.vllm maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Note that this module util is **PRIVATE** to the collection. It can change without notice.
+# Do not use this from other collections or standalone plugins/modules!
+
+"""What Prometheus scrapes: monitoring_plan() is the one decision of the monitoring role.
+
+The vLLM instances and the edges come from the nodes' summaries (llmops_node, docs/node-summary.md), never decided
+again here: each instance's metrics URL through its node's edge (mTLS), each edge's counters. Node exporter runs on
+every host given; dcgm-exporter on the nodes that serve an instance on GPUs. The role renders the result into
+file_sd target files and Prometheus' scrape jobs.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
+
+# The scrape jobs, in the order Prometheus' configuration lists them; the alert pack and the dashboards use these names.
+JOBS = ('vllm', 'llmops_edge', 'node', 'dcgm')
+_DURATION = re.compile(r'^([0-9]+(ms|s|m|h))+$')
+_TLS_FILES = ('certificate', 'key', 'ca')
+
+
+class MonitoringPlanError(ValueError):
+    """The monitoring cannot be planned as asked; the message names the host, the problem and the fix."""
+
+
+def _fail(host, what, fix, node=None):
+    where = 'host %s, node %s' % (host or 'this host', node) if node else 'host %s' % (host or 'this host')
+    raise MonitoringPlanError('%s: monitoring: %s. Fix: %s' % (where, what, fix))
+
+
+def _split(host, node, name, url):
+    parts = urlsplit(url or '')
+    if parts.scheme != 'https' or not parts.netloc or not parts.path:
+        _fail(host, '%s %r is not an https URL with a path' % (name, url),
+              'update the edge role on the node so that its summary (llmops_node) is current', node)
+    return parts.netloc, parts.path
+
+
+def _port(host, name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        _fail(host, '%s is %r, not a port number' % (name, value), 'set %s to a port from 1 to 65535' % name)
+    return value
+
+
+def _endpoint(address, port):
+    return '[%s]:%d' % (address, port) if ':' in address else '%s:%d' % (address, port)
+
+
+def _group(target, path, labels):
+    """One file_sd entry: a target, its metrics path (a per-target __metrics_path__) and its labels."""
+    return {'targets': [target], 'labels': dict(labels, __metrics_path__=path)} if path else \
+        {'targets': [target], 'labels': dict(labels)}
+
+
+def _node_targets(host, summary, dcgm_port):
+    node = summary.get('host')
+    vllm, seen = [], set()
+    for instance in summary.get('instances') or []:
+        target, path = _split(host, node, 'instance %s metrics_url' % instance.get('name'), instance.get('metrics_url'))
+        label = '%s/%s' % (node, instance['name'])
+        if label in seen:
+            _fail(host, 'instance %s is listed twice in the node summary' % instance['name'],
+                  'give each instance of the node its own name', node)
+        seen.add(label)
+        vllm.append(_group(target, path, {
+            'instance': label, 'node': node, 'vllm_instance': instance['name'], 'model': instance['model'],
+            'device': instance['device']}))
+    target, path = _split(host, node, 'stats_url', summary.get('stats_url'))
+    edge = [_group(target, path, {'instance': node, 'node': node})]
+    gpu = any(instance.get('device') == 'cuda' for instance in summary.get('instances') or [])
+    dcgm = [_group(_endpoint(summary['address'], dcgm_port), None, {'instance': node, 'node': node})] \
+        if gpu and dcgm_port else []
+    return vllm, edge, dcgm
+
+
+def monitoring_plan(nodes, exporters, settings, host=None):
+    """The scrape jobs and their file_sd targets of one Prometheus host.
+
+    nodes: the vLLM nodes' summaries (llmops_node); exporters: every host to scrape node exporter on, as
+    {name, address}; settings: the role's monitoring_* settings without the prefix (client, node_exporter_port,
+    dcgm_exporter_port (0: none), file_sd_dir, scrape_interval, scrape_timeout).
+    """
+    client = settings.get('client') or {}
+    missing = [name for name in _TLS_FILES if not client.get(name)]
+    if missing:
+        _fail(host, 'the Prometheus client certificate lacks %s' % ', '.join(missing),
+              'list the client in pki_host_clients on this host and run the pki role before this one (site.yml does)')
+    for name in ('scrape_interval', 'scrape_timeout'):
+        if not _DURATION.match(str(settings.get(name) or '')):
+            _fail(host, 'monitoring_%s is %r, not a Prometheus duration' % (name, settings.get(name)),
+                  'write it as Prometheus does, e.g. 15s or 1m')
+    node_port = _port(host, 'monitoring_node_exporter_port', settings.get('node_exporter_port'))
+    dcgm_port = settings.get('dcgm_exporter_port') or 0
+    if dcgm_port:
+        _port(host, 'monitoring_dcgm_exporter_port', dcgm_port)
+
+    targets = dict((job, []) for job in JOBS)
+    for summary in nodes:
+        vllm, edge, dcgm = _node_targets(host, summary, dcgm_port)
+        targets['vllm'] += vllm
+        targets['llmops_edge'] += edge
+        targets['dcgm'] += dcgm
+    for exporter in exporters:
+        if not exporter.get('address'):
+            _fail(host, 'host %s has no address to scrape node exporter on' % exporter.get('name'),
+                  'gather that host\'s facts in this run (do not --limit it out), or set its ansible_host')
+        targets['node'].append(_group(_endpoint(exporter['address'], node_port), None,
+                                      {'instance': exporter['name'], 'node': exporter['name']}))
+
+    tls = {'ca_file': client['ca'], 'cert_file': client['certificate'], 'key_file': client['key'],
+           'min_version': 'TLS13'}
+    file_sd = settings.get('file_sd_dir') or '/etc/prometheus/file_sd'
+    jobs = []
+    for job in JOBS:
+        scrape = {'job_name': job, 'scrape_interval': settings['scrape_interval'],
+                  'scrape_timeout': settings['scrape_timeout'],
+                  'file_sd_configs': [{'files': ['%s/llmops-%s.json' % (file_sd, job)]}]}
+        if job in ('vllm', 'llmops_edge'):
+            scrape.update(scheme='https', tls_config=tls)
+        if job == 'node':
+            # Textfile series keep their own labels: the breaker's node is the real server, not the director.
+            scrape['honor_labels'] = True
+        jobs.append(scrape)
+    warnings = []
+    if not nodes:
+        warnings.append('host %s: monitoring: no vLLM node has published a summary, so no vLLM instance is '
+                        'scraped' % (host or 'this host'))
+    return {'jobs': jobs, 'targets': targets, 'warnings': warnings,
+            'target_count': dict((job, len(targets[job])) for job in JOBS)}
