@@ -35,6 +35,10 @@ def load_inventory(inventory):
     out = run(ansible_inventory, "-i", inventory, "--list", capture=True).stdout
     data = json.loads(out)
     hostvars = data.get("_meta", {}).get("hostvars", {})
+    # Each host's groups (ansible-inventory --list keeps them apart from the variables).
+    for group, members in data.items():
+        for host in (members.get("hosts") or []) if isinstance(members, dict) and group != "_meta" else []:
+            hostvars.setdefault(host, {}).setdefault("lab_groups", []).append(group)
     hosts = sorted(hostvars)
     if not hosts:
         sys.exit("lab: inventory %s has no hosts" % inventory)
@@ -196,11 +200,26 @@ def summary(hosts, hostvars, inventory=None):
                 host, instance["name"], instance.get("served_model_name", instance["name"]), instance["port"]))
     for line in edge_commands(hosts, hostvars, inventory):
         print(line)
+    for line in monitoring_lines(hosts, hostvars):
+        print(line)
     print("\nAsk the model:    lab/lab.py ask lab-node1 'Hello, lab'  (inside the node, without the edge)")
     print("Reach a host:     podman exec -it lab-node1 bash;  lab/director_vm/vm.py ssh lab-lb1")
     print("Run a play:       .venv/bin/ansible-playbook site.yml -i inventories/lab")
     print("Topology report:  .venv/bin/ansible-playbook playbooks/facts.yml -i inventories/lab  (reports/topology/)")
     print("Remove the lab:   make lab-down\n")
+
+
+def monitoring_lines(hosts, hostvars):
+    """Where the monitoring hosts' Prometheus, Alertmanager and dashboards are."""
+    lines = []
+    for host in hosts:
+        if "monitoring" in (hostvars[host].get("lab_groups") or []):
+            address = hostvars[host]["lab_ip"]
+            lines += ["\nMonitoring on %s:" % host,
+                      "  Prometheus:   http://%s:9090  (targets: /targets, alerts: /alerts)" % address,
+                      "  Alertmanager: http://%s:9093" % address,
+                      "  Dashboards:   podman exec %s ls /var/lib/llmops-vllm/dashboards  (Grafana JSON)" % host]
+    return lines
 
 
 def pki_dir(hostvars, inventory):

@@ -42,6 +42,19 @@ if [[ ! -f $venv/.complete ]]; then
 fi
 link_clone .venv "$venv"
 
+# promtool, for the alert pack's tests (tests/unit/roles/monitoring): the binary alone, out of the distribution's
+# prometheus package, into the venv (installing the package would start a Prometheus on this machine).
+if [[ ! -x $venv/bin/promtool ]]; then
+  take_lock promtool
+  if [[ ! -x $venv/bin/promtool ]]; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; })
+    dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -xO ./usr/bin/promtool >"$tmp/promtool"
+    install -m 0755 "$tmp/promtool" "$venv/bin/promtool"
+    rm -rf "$tmp"
+  fi
+fi
+
 # Podman's settings for the lab: lab/containers.conf and, on a host with hybrid cgroups (v1 controllers beside a
 # cgroup2 tree at /sys/fs/cgroup/unified), that tree in every container. systemd inside then learns at once that a
 # unit's last process is gone; without it, stopping a unit that outlives its main process by a moment (vLLM's

@@ -1,0 +1,187 @@
+"""Verify the monitoring role against real daemons: Prometheus and Alertmanager on mon-prometheus scrape a real vLLM
+CPU instance through its node's TLS edge with the Prometheus client certificate.
+
+The tests run in file order: targets up, traffic, series and recording rules, the name guard, the dashboards'
+panels, then the alert (the instance stopped, then started again).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shlex
+import time
+
+import pytest
+import testinfra
+import yaml
+from conftest import wait_for
+
+RULES = "/etc/prometheus/rules"
+# The alert pack's promtool cases (tests/unit/roles/monitoring): their input series must be real names too.
+ALERT_PACK_TESTS = pathlib.Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "tests/unit/roles/monitoring",
+                                "alert_pack.test.yml")
+DASHBOARDS = "/var/lib/llmops-vllm/dashboards"
+PKI = "/etc/llmops-vllm/pki"
+# The names the installed vLLM exports (its `vllm:` series and its HTTP instrumentator's), and the fleet's own.
+CHECKED = re.compile(r"\b(vllm:[a-z0-9_:]+|http_request[a-z0-9_]*|llmops_edge_[a-z0-9_]+|node_[a-z0-9_]+)\b")
+# Not here: no GPU (dcgm-exporter, the GPU facts' textfile), no LVS director (the breaker's textfile).
+ABSENT_HERE = re.compile(r"^(DCGM_|llmops_gpu_|llmops_breaker_)")
+
+
+def get_host(name):
+    return testinfra.get_host("podman://" + name)
+
+
+@pytest.fixture(scope="module")
+def prom():
+    return get_host("mon-prometheus")
+
+
+@pytest.fixture(scope="module")
+def node():
+    return get_host("mon-node")
+
+
+def api(prom, path, **params):
+    """GET Prometheus' (9090) or Alertmanager's (9093) HTTP API on the monitoring host."""
+    script = ("import json, sys, urllib.parse, urllib.request; "
+              "p = dict(a.split('=', 1) for a in sys.argv[2:]); "
+              "u = sys.argv[1] + ('?' + urllib.parse.urlencode(p) if p else ''); "
+              "print(urllib.request.urlopen(u, timeout=10).read().decode())")
+    args = " ".join(shlex.quote("%s=%s" % (k, v)) for k, v in params.items())
+    return json.loads(prom.check_output("python3 -c %s %s %s" % (shlex.quote(script), shlex.quote(path), args)))
+
+
+def query(prom, expr):
+    return api(prom, "http://127.0.0.1:9090/api/v1/query", query=expr)["data"]["result"]
+
+
+def test_the_configuration_passes_promtool_with_its_files(prom):
+    # Not --syntax-only (as the role's validate): the client certificate, key and CA exist and load.
+    prom.check_output("promtool check config /etc/prometheus/prometheus.yml")
+    prom.check_output("promtool check rules %s/*.yml" % RULES)
+    prom.check_output("amtool check-config /etc/prometheus/alertmanager.yml")
+
+
+def test_every_target_is_up_through_the_edges_mtls(prom):
+    def all_up():
+        targets = api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+        jobs = dict((t["labels"]["job"], t) for t in targets)
+        return set(jobs) >= {"vllm", "llmops_edge", "node", "prometheus", "alertmanager"} and \
+            all(t["health"] == "up" for t in targets)
+    assert wait_for(all_up, timeout=120, step=3), api(prom, "http://127.0.0.1:9090/api/v1/targets")
+    vllm = [t for t in api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+            if t["labels"]["job"] == "vllm"]
+    assert len(vllm) == 1
+    assert vllm[0]["scrapeUrl"].startswith("https://") and vllm[0]["scrapeUrl"].endswith("/instances/tiny/metrics")
+    assert vllm[0]["labels"]["instance"] == "mon-node/tiny"
+    assert vllm[0]["labels"]["model"] == "tiny-llama"
+
+
+def test_a_scrape_without_the_client_certificate_is_refused(prom, node):
+    url = [t["scrapeUrl"] for t in api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+           if t["labels"]["job"] == "vllm"][0]
+    script = ("import ssl, sys, urllib.request; c = ssl.create_default_context(cafile=sys.argv[2]); "
+              "c.check_hostname = False\n"
+              "try:\n urllib.request.urlopen(sys.argv[1], context=c, timeout=10); print('open')\n"
+              "except Exception as e:\n print(type(e).__name__, getattr(e, 'code', ''))")
+    out = prom.check_output("python3 -c %s %s %s/ca.crt" % (shlex.quote(script), shlex.quote(url), PKI))
+    assert out != "open", out
+
+
+def test_traffic_through_the_edge(prom):
+    """Twelve completions through the edge with the Prometheus certificate (no API keys are configured here)."""
+    url = [t["scrapeUrl"] for t in api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+           if t["labels"]["job"] == "vllm"][0].split("/instances/")[0]
+    script = ("import json, ssl, sys, urllib.request; c = ssl.create_default_context(cafile=sys.argv[2]); "
+              "c.check_hostname = False; c.load_cert_chain(sys.argv[3], sys.argv[4]); ok = 0\n"
+              "for i in range(12):\n"
+              " r = urllib.request.Request(sys.argv[1] + '/v1/completions', json.dumps({'model': 'tiny-llama', "
+              "'prompt': 'hello %d' % i, 'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
+              " ok += urllib.request.urlopen(r, context=c, timeout=120).status == 200\n"
+              "print(ok)")
+    out = prom.check_output("python3 -c %s %s %s/ca.crt %s/prometheus.crt %s/prometheus.key" % (
+        shlex.quote(script), shlex.quote(url), PKI, PKI, PKI))
+    assert out == "12"
+
+
+@pytest.mark.parametrize("expr", [
+    'vllm:num_requests_running{job="vllm"}',
+    'vllm:request_success_total{finished_reason="length"}',
+    "vllm_batch_size_current",
+    "vllm_pending_requests",
+    "llmops:kv_cache_usage:ratio",
+    "llmops:e2e_request_latency_seconds:p99_5m",
+    "llmops:requests:rate5m > 0",
+    'llmops_edge_responses_total{class="2xx"} > 0',
+    'node_systemd_unit_state{name="vllm-tiny.service", state="active"} == 1',
+])
+def test_vllm_series_and_the_recording_rules_return_data(prom, expr):
+    assert wait_for(lambda: query(prom, expr), timeout=60, step=3), expr
+
+
+def _names(text):
+    return set(m.group(1) for m in CHECKED.finditer(text))
+
+
+def _rule_exprs(prom):
+    for path in prom.check_output("ls %s/*.yml" % RULES).split():
+        for group in yaml.safe_load(prom.file(path).content_string)["groups"]:
+            for rule in group["rules"]:
+                yield rule["expr"]
+
+
+def test_every_rule_panel_and_test_series_uses_a_name_the_real_scrape_has(prom):
+    """The class of bug where vLLM renamed a series (vllm:gpu_cache_usage_perc, vllm:num_preemptions without _total)
+    and a rule or a panel went silent: every name in the rules' and the panels' queries, and in the alert pack's test
+    series, against the names of a real scrape of this vLLM, not a list."""
+    scraped = set(api(prom, "http://127.0.0.1:9090/api/v1/label/__name__/values")["data"])
+    assert "vllm:kv_cache_usage_perc" in scraped and "vllm:gpu_cache_usage_perc" not in scraped
+    queries = list(_rule_exprs(prom)) + [expr for _uid, _title, expr in _dashboard_queries(prom)]
+    used = set().union(*(_names(expr) for expr in queries))
+    assert "vllm:num_requests_running" in used and "vllm:e2e_request_latency_seconds_bucket" in used
+    missing = sorted(name for name in used if name not in scraped and not ABSENT_HERE.match(name))
+    assert not missing, "used by a rule or a panel, but not exported: %s" % missing
+    cases = yaml.safe_load(ALERT_PACK_TESTS.read_text())
+    series = set(re.match(r"[^{]+", s["series"]).group(0) for t in cases["tests"] for s in t["input_series"])
+    missing = sorted(name for name in series if _names(name) and name not in scraped)
+    assert not missing, "alert pack test series that this vLLM does not export: %s" % missing
+
+
+def _dashboard_queries(prom):
+    for path in prom.check_output("ls %s/*.json" % DASHBOARDS).split():
+        dashboard = json.loads(prom.file(path).content_string)
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                yield dashboard["uid"], panel["title"], target["expr"]
+
+
+def test_every_dashboard_panel_returns_data(prom):
+    """Variables as Grafana's All (.+); the GPU and breaker panels have no source here (no GPU, no director)."""
+    empty, checked = [], 0
+    for uid, title, expr in _dashboard_queries(prom):
+        if ABSENT_HERE.search(expr) or re.search(r"\b(nv_gpu_utilization|DCGM_\w+|llmops_breaker_\w+)\b", expr):
+            continue
+        checked += 1
+        concrete = re.sub(r"\$(model|node|instance)\b", ".+", expr)
+        if not wait_for(lambda expr=concrete: query(prom, expr), timeout=30, step=3):
+            empty.append("%s / %s: %s" % (uid, title, expr))
+    assert checked >= 15
+    assert not empty, empty
+
+
+def test_an_instance_down_alert_reaches_alertmanager(prom, node):
+    node.check_output("systemctl stop vllm-tiny.service")
+    try:
+        def fired():
+            alerts = api(prom, "http://127.0.0.1:9093/api/v2/alerts")
+            return [a for a in alerts if a["labels"].get("alertname") == "VllmInstanceDown"]
+        started = time.monotonic()
+        assert wait_for(fired, timeout=120, step=3)
+        print("VllmInstanceDown in Alertmanager %.0f s after the stop" % (time.monotonic() - started))
+        alert = fired()[0]
+        assert alert["labels"]["instance"] == "mon-node/tiny" and alert["labels"]["severity"] == "critical"
+        assert "diagnose.yml" in alert["annotations"]["runbook"]
+    finally:
+        node.check_output("systemctl start vllm-tiny.service")
