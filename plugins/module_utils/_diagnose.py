@@ -95,3 +95,39 @@ def parse_journal(output):
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+# What the host's facts add to each signature's fix (diagnose.yml's context).
+_CONTEXT = {
+    'oom': ('numa_memory_mib',),
+    'cuda_illegal_memory_access': ('gpu', 'degraded_pcie'),
+    'xid': ('gpu', 'degraded_pcie'),
+    'nccl_timeout': ('gpu', 'degraded_pcie'),
+    'engine_died': ('warnings',),
+}
+
+
+def _context_text(name, value):
+    if name == 'degraded_pcie':
+        return 'degraded PCIe links: %s' % (', '.join(value) if value else 'none')
+    if name == 'numa_memory_mib':
+        return 'memory per NUMA node: %s' % (', '.join('node %s %s MiB' % item for item in sorted(value.items()))
+                                            if value else 'unknown')
+    if name == 'warnings':
+        return 'preflight warnings: %s' % (' | '.join(value) if value else 'none')
+    return str(value)
+
+
+def explain(finding, context=None):
+    """One line for the operator: the unit, what the signature means, how often, the fix, and what the host adds.
+
+    context: {gpu: text, degraded_pcie: [bus ids], numa_memory_mib: {node: MiB}, warnings: [text]};
+    a missing key is left out.
+    """
+    context = context or {}
+    extra = ['%s' % _context_text(name, context[name]) for name in _CONTEXT.get(finding['signature'], ())
+             if name in context]
+    line = '%s: %s (%d line%s, e.g. "%s"). Fix: %s.' % (
+        finding['unit'], finding['meaning'], finding['count'], '' if finding['count'] == 1 else 's', finding['sample'],
+        finding['fix'])
+    return line + (' On this host: %s.' % '; '.join(extra) if extra else '')

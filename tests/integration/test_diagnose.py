@@ -1,9 +1,9 @@
-"""llmops.vllm.vllm_diagnose against a real journal: the runbook's two error lines, written by a unit into a lab
-container's journal, are found with their fixes, and a unit with nothing wrong has no finding."""
+"""llmops.vllm.vllm_diagnose and playbooks/diagnose.yml against a real journal: the runbook's two error lines, written
+by a unit into a lab container's journal, are found with their fixes, and a unit with nothing wrong has no finding."""
 
 import json
 
-from conftest import ansible_playbook_file, podman
+from conftest import ansible_playbook_file, podman, wheelhouse_of_0_32_0, write_inventory
 
 PLAY = """
 - name: Diagnose the vLLM units
@@ -58,3 +58,35 @@ def test_the_runbook_lines_are_found_with_their_fixes(lab_host, tmp_path):
         assert "max_num_seqs" in oom["fix"]
         assert "lspci -vvv" in cuda["fix"] and "bandwidthTest" in cuda["fix"] and "driver" in cuda["fix"]
         assert cuda["first"] >= oom["first"] > 0
+
+
+def test_the_diagnose_playbook_reports_the_seed_lines_of_the_units_the_node_summary_names(lab_host, tmp_path):
+    """The instance tiny's unit (vllm-tiny.service, from llmops_node) holds the seed's two lines; the playbook prints
+    each with its remediation and the host's context, writes the JSON report, and changes nothing on the host."""
+    journal_lines(lab_host, "vllm-tiny", LINES)
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\npki_dir: %s\n"
+        "edge_listen_addresses: [10.0.0.5]\nvllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n"
+        % (wheelhouse_of_0_32_0(tmp_path), tmp_path / "pki"),
+    )
+    reports = tmp_path / "reports"
+
+    run = ansible_playbook_file("playbooks/diagnose.yml", inventory, "-e", "diagnose_report_dir=%s" % reports)
+    output = " ".join((run.stdout + run.stderr).split())
+
+    assert run.returncode == 0, output[-6000:]
+    oom = 'vllm-tiny.service: the engine ran out of GPU memory (and retried with a smaller batch) (1 line, e.g. "%s").'
+    assert oom % LINES[1] + " Fix: lower the instance" in output
+    assert "On this host: memory per NUMA node: node 0 " in output
+    assert 'vllm-tiny.service: a kernel touched memory it does not own (CUDA error 700) (1 line, e.g. "%s"). ' \
+        "Fix: check that the driver supports the CUDA" % LINES[2] in output
+    assert "lspci -vvv" in output and "bandwidthTest" in output
+    assert "On this host: no NVIDIA GPU readable" in output and "degraded PCIe links: none" in output
+    report = json.loads((reports / ("%s.json" % lab_host)).read_text())
+    assert [f["signature"] for f in report["findings"]] == ["oom", "cuda_illegal_memory_access"]
+    assert report["context"]["degraded_pcie"] == []
+    # Reads only: no PKI on the controller, nothing of the collection on the host.
+    assert not (tmp_path / "pki").exists()
+    assert podman("exec", lab_host, "test", "-e", "/etc/llmops-vllm", check=False).returncode == 1

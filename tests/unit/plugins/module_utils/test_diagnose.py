@@ -10,6 +10,7 @@ import json
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils._diagnose import (
+    explain,
     SIGNATURES,
     matches,
     message_of,
@@ -85,3 +86,19 @@ def test_with_units_only_their_own_lines_count():
                         '_SYSTEMD_UNIT': 'init.scope', 'UNIT': 'vllm-tiny.service'}
     assert scan([systemd_about_it, record(OOM, unit='vllm-other.service')], ['vllm-tiny.service']) == []
     assert [f['unit'] for f in scan([systemd_about_it])] == ['init.scope']
+
+
+def test_explain_adds_what_the_host_says_to_each_signature():
+    context = {'gpu': 'GPU driver 550.54.15 (CUDA 12.4); the fleet expects CUDA 12.8',
+               'degraded_pcie': ['00000000:41:00.0'], 'numa_memory_mib': {0: 128000, 1: 129000}, 'warnings': []}
+    cuda = {'unit': 'vllm-a.service', 'signature': 'cuda_illegal_memory_access', 'count': 2,
+            'sample': 'CUDA error 700', 'meaning': 'a kernel touched memory', 'fix': 'check the driver'}
+    assert explain(cuda, context) == (
+        'vllm-a.service: a kernel touched memory (2 lines, e.g. "CUDA error 700"). Fix: check the driver. On this '
+        'host: GPU driver 550.54.15 (CUDA 12.4); the fleet expects CUDA 12.8; degraded PCIe links: 00000000:41:00.0.')
+    oom = dict(cuda, signature='oom', count=1)
+    assert explain(oom, context).endswith(
+        '(1 line, e.g. "CUDA error 700"). Fix: check the driver. On this host: memory per NUMA node: node 0 128000 '
+        'MiB, node 1 129000 MiB.')
+    assert explain(dict(cuda, signature='engine_died'), context).endswith('On this host: preflight warnings: none.')
+    assert explain(cuda).endswith('Fix: check the driver.')
