@@ -167,12 +167,24 @@ class Watch:
 class Load:
     """A steady load at the VIP from this machine, in the background; .result() waits for its summary."""
 
+    # Every load started, so that a test that failed before stopping its own can have it stopped (stop_all).
+    started = []
+
     def __init__(self, rate, seconds):
         self.stop_file = os.path.join(PROJECT, ".cache", "lvs-stop-load")
         if os.path.exists(self.stop_file):
             os.unlink(self.stop_file)
         self.process = subprocess.Popen([sys.executable, "-c", LOAD, CA, CERT, KEY, VIP, str(rate), str(seconds),
                                          self.stop_file], stdout=subprocess.PIPE, text=True)
+        Load.started.append(self)
+
+    @classmethod
+    def stop_all(cls):
+        """Stop the loads still running (a running one holds the verifier's output open: molecule would wait)."""
+        for load in cls.started:
+            if load.process.poll() is None:
+                load.stop()
+        cls.started = []
 
     def stop(self):
         open(self.stop_file, "w").close()

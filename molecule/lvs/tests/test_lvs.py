@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import testinfra
 import yaml
 from conftest import wait_for
@@ -20,6 +21,13 @@ from lvs_probe import (  # noqa: E402
     BREAKER, CA, CERT, DIRECTORS, FULL, HALF_OPEN, INVENTORY, KEY, NODES, PROJECT, VIP, Load, Watch, client_address,
     completion, full_weight_everywhere, master, measure_failover, play, set_fault, ssh, weights)
 
+
+
+@pytest.fixture(autouse=True)
+def no_load_left():
+    """A test that fails before it stops its load leaves none running."""
+    yield
+    Load.stop_all()
 
 def node(name):
     return testinfra.get_host("podman://" + name)
