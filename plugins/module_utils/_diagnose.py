@@ -32,7 +32,8 @@ SIGNATURES = (
      'a collective between the instance\'s GPUs or hosts timed out (NCCL)',
      'check the interconnect of the tensor- and pipeline-parallel group (NVLink, PCIe topology, the network '
      'between hosts); rerun with NCCL_DEBUG=INFO'),
-    ('engine_died', r'EngineDeadError|EngineCore encountered a fatal error|Engine core proc \S+ died',
+    ('engine_died', r'EngineDeadError|EngineCore encountered a fatal error|Engine core proc(ess)? \S+ died|'
+     r'engine core exited unexpectedly',
      'the engine process died, and the instance answers nothing until systemd restarts it',
      'read the instance\'s journal lines before this one for the cause; systemd restarts the unit'),
 )
@@ -111,8 +112,8 @@ def _context_text(name, value):
     if name == 'degraded_pcie':
         return 'degraded PCIe links: %s' % (', '.join(value) if value else 'none')
     if name == 'numa_memory_mib':
-        return 'memory per NUMA node: %s' % (', '.join('node %s %s MiB' % item for item in sorted(value.items()))
-                                            if value else 'unknown')
+        nodes = ', '.join('node %s %s MiB' % item for item in sorted(value.items()))
+        return 'memory per NUMA node: %s' % (nodes or 'unknown')
     if name == 'warnings':
         return 'preflight warnings: %s' % (' | '.join(value) if value else 'none')
     return str(value)

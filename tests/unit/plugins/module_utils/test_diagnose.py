@@ -35,6 +35,10 @@ def record(message, unit='vllm-tiny.service', stamp=1764756000000000):
     ('NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.', ['xid']),
     ('[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7) ran for 600000 ms', ['nccl_timeout']),
     ('vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.', ['engine_died']),
+    # vLLM 0.32's own words when its engine core process is killed (vllm/v1/engine/core_client.py).
+    ('WARNING 12-04 02:40:00 [core_client.py:817] [shutdown] MPClient: engine core exited unexpectedly; starting '
+     'cleanup', ['engine_died']),
+    ('RuntimeError: Engine core process EngineCore_DP0 died unexpectedly.', ['engine_died']),
     ('INFO 12-03 10:00:00 [api_server.py:1] Started server process', []),
     ('GPU 0 reported Xid 79', ['xid']),
     ('INFO xidle timer', []),
