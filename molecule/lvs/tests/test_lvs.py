@@ -22,12 +22,12 @@ from lvs_probe import (  # noqa: E402
     completion, full_weight_everywhere, master, measure_failover, play, set_fault, ssh, weights)
 
 
-
 @pytest.fixture(autouse=True)
 def no_load_left():
     """A test that fails before it stops its load leaves none running."""
     yield
     Load.stop_all()
+
 
 def node(name):
     return testinfra.get_host("podman://" + name)
