@@ -3,6 +3,7 @@
 import os
 import pathlib
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -13,7 +14,22 @@ LAB_IMAGE = os.environ.get("LAB_IMAGE", "localhost/llmops-lab:latest")
 
 
 def podman(*args, check=True):
-    return subprocess.run(["podman", *args], check=check, text=True, capture_output=True)
+    run = subprocess.run(["podman", *args], check=False, text=True, capture_output=True)
+    if check and run.returncode:
+        pytest.fail("podman %s: exit %d\n%s%s" % (" ".join(args)[:300], run.returncode, run.stdout[-2000:],
+                                                    run.stderr[-2000:]))
+    return run
+
+
+def wait_for_systemd(host, attempts=240):
+    """Until systemd in HOST has booted (running or degraded): before that, systemd-run and /tmp are not there."""
+    state = None
+    for _attempt in range(attempts):
+        state = podman("exec", host, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    pytest.fail("systemd in %s did not come up (last state %r)" % (host, state))
 
 
 @pytest.fixture

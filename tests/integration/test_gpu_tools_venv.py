@@ -12,11 +12,10 @@ The preflight reads a controller wheelhouse of wheel names only (source wheelhou
 
 import copy
 import json
-import time
 import uuid
 
 import pytest
-from conftest import LAB_IMAGE, REPO, ansible_playbook_file, podman
+from conftest import LAB_IMAGE, REPO, ansible_playbook_file, podman, wait_for_systemd
 
 from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import X86_8xA800_NVLINK, variant
 
@@ -112,16 +111,6 @@ def bare_host():
         yield name
     finally:
         podman("rm", "--force", "--time", "2", name, check=False)
-
-
-def wait_for_systemd(host, attempts=120):
-    """Until systemd has booted: it mounts /tmp, which apt's signature check uses, while it starts."""
-    for _attempt in range(attempts):
-        state = podman("exec", host, "systemctl", "is-system-running", check=False).stdout.strip()
-        if state in ("running", "degraded"):
-            return
-        time.sleep(0.5)
-    pytest.fail("systemd in %s did not come up (last state %r)" % (host, state))
 
 
 def install_fake_gpu(host):
