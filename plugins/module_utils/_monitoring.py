@@ -21,6 +21,8 @@ import re
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
+from ansible_collections.llmops.vllm.plugins.module_utils._node import serves_on_gpu
+
 # The scrape jobs, in the order Prometheus' configuration lists them; the alert pack and the dashboards use these names.
 JOBS = ('vllm', 'llmops_edge', 'node', 'dcgm')
 _DURATION = re.compile(r'^([0-9]+(ms|s|m|h))+$')
@@ -75,9 +77,8 @@ def _node_targets(host, summary, dcgm_port):
             'device': instance['device']}))
     target, path = _split(host, node, 'stats_url', summary.get('stats_url'))
     edge = [_group(target, path, {'instance': node, 'node': node})]
-    gpu = any(instance.get('device') == 'cuda' for instance in summary.get('instances') or [])
     dcgm = [_group(_endpoint(summary['address'], dcgm_port), None, {'instance': node, 'node': node})] \
-        if gpu and dcgm_port else []
+        if serves_on_gpu(summary) and dcgm_port else []
     return vllm, edge, dcgm
 
 
@@ -100,7 +101,7 @@ def monitoring_plan(nodes, exporters, settings, host=None):
     node_port = _port(host, 'monitoring_node_exporter_port', settings.get('node_exporter_port'))
     dcgm_port = settings.get('dcgm_exporter_port') or 0
     if dcgm_port:
-        _port(host, 'monitoring_dcgm_exporter_port', dcgm_port)
+        _port(host, 'llmops_dcgm_exporter_port', dcgm_port)
 
     targets = dict((job, []) for job in JOBS)
     for summary in nodes:

@@ -19,6 +19,11 @@ __metaclass__ = type
 VERSION = 1
 
 
+def serves_on_gpu(summary):
+    """Whether the node serves an instance on NVIDIA GPUs: the GPU exporters run, and are scraped, there."""
+    return any(instance.get('device') == 'cuda' for instance in (summary or {}).get('instances') or [])
+
+
 def _https(endpoint, path):
     return 'https://%s%s' % (endpoint, path)
 

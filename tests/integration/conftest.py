@@ -16,8 +16,8 @@ LAB_IMAGE = os.environ.get("LAB_IMAGE", "localhost/llmops-lab:latest")
 def podman(*args, check=True):
     run = subprocess.run(["podman", *args], check=False, text=True, capture_output=True)
     if check and run.returncode:
-        pytest.fail("podman %s: exit %d\n%s%s" % (" ".join(args)[:300], run.returncode, run.stdout[-2000:],
-                                                    run.stderr[-2000:]))
+        command = " ".join(args)[:300]
+        pytest.fail("podman %s: exit %d\n%s%s" % (command, run.returncode, run.stdout[-2000:], run.stderr[-2000:]))
     return run
 
 

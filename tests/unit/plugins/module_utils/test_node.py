@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ansible_collections.llmops.vllm.plugins.module_utils._edge import edge_plan
-from ansible_collections.llmops.vllm.plugins.module_utils._node import node_summary
+from ansible_collections.llmops.vllm.plugins.module_utils._node import node_summary, serves_on_gpu
 from ansible_collections.llmops.vllm.plugins.module_utils._pki import pki_plan
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import vllm_placement
 from ansible_collections.llmops.vllm.plugins.module_utils._serving import serving_plan
@@ -115,3 +115,12 @@ def test_audit_log_and_tls_files_are_the_edges_and_the_pkis(node):
     assert 'IP:10.20.0.100' in summary['tls']['subject_alt_names'] and summary['vips'] == ['10.20.0.100']
     assert summary['stats_url'] == 'https://%s/edge/metrics' % summary['endpoints'][0]
     assert summary['tls']['ca'] == '/etc/llmops-vllm/pki/ca.crt'
+
+
+def test_serves_on_gpu_when_an_instance_runs_on_cuda(node):
+    summary = node['summary']
+    assert serves_on_gpu(summary) is True
+    cpu_only = dict(summary, instances=[dict(i, device='cpu') for i in summary['instances']])
+    assert serves_on_gpu(cpu_only) is False
+    assert serves_on_gpu(dict(summary, instances=[])) is False
+    assert serves_on_gpu(None) is False
