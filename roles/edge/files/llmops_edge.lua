@@ -167,7 +167,9 @@ function _M.route_instance()
     return reject(404, "no such instance on this node", "not_found_error")
   end
   local rest = ngx.var.edge_instance_path
-  if rest ~= "/metrics" and rest ~= "/health" then
+  if rest == "/metrics" or rest == "/health" then
+    ngx.ctx.edge_probe = true
+  else
     if not (rest:sub(1, 4) == "/v1/" or api_paths[rest]) then
       return reject(404, "the edge does not expose this path", "not_found_error")
     end
@@ -223,12 +225,13 @@ local function last_entry(list)
   return list and list:match("([^%s,:]+)%s*$")
 end
 
--- Log phase of the client-traffic locations: one response more in its status class. A 502 or 504 that the
+-- Log phase of the client-traffic locations: one response more in its status class (an instance's /metrics and
+-- /health are probes, not counted: Prometheus' scrapes would dilute a quiet node's error share). A 502 or 504 that the
 -- edge made itself because vLLM did not answer (refused, reset, timed out before a header: the last
 -- $upstream_header_time is "-") is also an upstream error; a 502 or 504 that vLLM sent is not.
 function _M.count()
   local stats = ngx.shared[STATS]
-  if not stats then
+  if not stats or ngx.ctx.edge_probe then
     return
   end
   local status = tonumber(ngx.var.status) or 0
@@ -258,7 +261,7 @@ function _M.metrics()
   end
   local lines = {}
   family(lines, "llmops_edge_responses_total",
-    "Answers to client requests (model API, /v1/models, /instances/...) by status class; "
+    "Answers to client requests (model API, /v1/models, /instances/<name>/v1/...) by status class; "
     .. "none: the client went away before an answer.")
   for _, class in ipairs(CLASSES) do
     lines[#lines + 1] = 'llmops_edge_responses_total{class="' .. class .. '"} ' .. value("responses_" .. class)
