@@ -80,9 +80,9 @@ def settings_of(settings):
         raise AutotuneError('autotune: memory_limit is %r, not a share above 0 and at most 1. Fix: write 70 %% as 0.7'
                             % merged['memory_limit'])
     if not merged['min_value'] <= merged['start'] <= merged['max_value']:
+        bounds = (merged['start'], merged['min_value'], merged['max_value'])
         raise AutotuneError('autotune: the start value %d is outside min_value %d .. max_value %d. Fix: widen the '
-                            'bounds or start inside them' % (merged['start'], merged['min_value'],
-                                                            merged['max_value']))
+                            'bounds or start inside them' % bounds)
     return merged
 
 
