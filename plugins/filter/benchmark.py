@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filters of playbooks/benchmark.yml: where the load goes, the report, and the comparison of two runs.
+"""Filters of playbooks/benchmark.yml: where the load goes, what it costs, the report, and the comparison of two runs.
 
-Documentation: benchmark_targets.yml, benchmark_report.yml and benchmark_compare.yml next to this file.
+Documentation: benchmark_targets.yml, benchmark_tco.yml, benchmark_report.yml and benchmark_compare.yml next to this
+file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,6 +15,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.module_utils import _benchmark
+from ansible_collections.llmops.vllm.plugins.module_utils._tco import TcoError
 
 
 def _wrap(function, *args, **kwargs):
@@ -31,9 +33,17 @@ def benchmark_targets(nodes, path='/v1/completions', through='auto'):
     return _wrap(_benchmark.benchmark_targets, nodes, path, through)
 
 
-def benchmark_report(results, shape=None, title='Fleet benchmark'):
+def benchmark_tco(results, costs, node_kinds, currency='CNY', utilisation=1.0):
+    """What each target's capacity costs; see benchmark_tco.yml."""
+    try:
+        return _wrap(_benchmark.benchmark_tco, results, costs, node_kinds, currency, utilisation)
+    except TcoError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
+def benchmark_report(results, shape=None, title='Fleet benchmark', tco=None):
     """The Markdown report of a run; see benchmark_report.yml."""
-    return _wrap(_benchmark.benchmark_report, results, shape, title)
+    return _wrap(_benchmark.benchmark_report, results, shape, title, tco)
 
 
 def benchmark_compare(before, after):
@@ -47,6 +57,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'benchmark_targets': benchmark_targets,
+            'benchmark_tco': benchmark_tco,
             'benchmark_report': benchmark_report,
             'benchmark_compare': benchmark_compare,
         }

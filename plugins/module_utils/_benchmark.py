@@ -6,8 +6,8 @@
 # Note that this module util is **PRIVATE** to the collection. It can change without notice.
 # Do not use this from other collections or standalone plugins/modules!
 
-"""The fleet benchmark: where the load goes (benchmark_targets), the report (benchmark_report) and the comparison
-of two result files (benchmark_compare).
+"""The fleet benchmark: where the load goes (benchmark_targets), what it costs (benchmark_tco, over _tco.py), the
+report (benchmark_report) and the comparison of two result files (benchmark_compare).
 
 Targets come from the nodes' summaries (llmops_node, docs/node-summary.md), never decided again: each served model
 through the service VIP when the nodes publish one (the load balancer spreads it), otherwise through each node's
@@ -16,6 +16,8 @@ edge. A result is one run of llmops.vllm.vllm_benchmark at one concurrency again
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
+
+from ansible_collections.llmops.vllm.plugins.module_utils._tco import tco_report
 
 VERSION = 1
 
@@ -41,6 +43,8 @@ def benchmark_targets(nodes, path='/v1/completions', through='auto'):
     targets = []
     for model in sorted(models):
         hosts = models[model]
+        precision = '/'.join(sorted(set(str(i.get('precision') or '?') for h in hosts
+                                        for i in nodes[h].get('instances') or [] if i.get('model') == model))) or '?'
         vips = sorted(set(e for h in hosts for e in nodes[h].get('vip_endpoints') or []))
         use_vip = through == 'vip' or (through == 'auto' and vips)
         if use_vip:
@@ -48,11 +52,13 @@ def benchmark_targets(nodes, path='/v1/completions', through='auto'):
                 raise BenchmarkError('benchmark: model %s is served by %s, which publish no service VIP. Fix: set '
                                      'vllm_service_vips, or benchmark through the edges (through: edges)'
                                      % (model, ', '.join(hosts)))
-            targets.append({'model': model, 'url': 'https://%s%s' % (vips[0], path), 'via': 'vip', 'nodes': hosts})
+            targets.append({'model': model, 'precision': precision, 'url': 'https://%s%s' % (vips[0], path),
+                            'via': 'vip', 'nodes': hosts})
         else:
             for host in hosts:
-                targets.append({'model': model, 'url': 'https://%s%s' % (nodes[host]['endpoints'][0], path),
-                                'via': 'edge', 'nodes': [host]})
+                targets.append({'model': model, 'precision': precision,
+                                'url': 'https://%s%s' % (nodes[host]['endpoints'][0], path), 'via': 'edge',
+                                'nodes': [host]})
     return targets
 
 
@@ -94,7 +100,92 @@ def _holds(results):
     return lines
 
 
-def benchmark_report(results, shape=None, title='Fleet benchmark'):
+def _capacity(runs):
+    """The level a target holds: the most requests/s among the levels within the SLO without errors; without one
+    (or without an SLO), the most requests/s of all."""
+    held = [r for r in runs if r.get('slo_met') and not r['errors']]
+    return max(held or runs, key=lambda r: r['throughput_rps']), bool(held)
+
+
+def benchmark_tco(results, costs, node_kinds, currency='CNY', utilisation=1.0):
+    """The cost of what each target holds: per node, its share of the target's requests/s and tokens/s at the
+    level it holds (the SLO's), priced by its node kind (llmops_tco_node_kinds, _tco.py).
+
+    node_kinds: {inventory name: node kind}. A target whose nodes are of different kinds has no per-kind figure
+    (benchmark through the edges for one); nodes without a kind are named.
+    """
+    targets, notes = {}, []
+    for result in results:
+        targets.setdefault((result['model'], result['url']), []).append(result)
+    rows = []
+    for (model, url), runs in sorted(targets.items()):
+        best, within = _capacity(runs)
+        kinds = sorted(set(node_kinds.get(h) or '' for h in best['nodes']))
+        if '' in kinds:
+            notes.append('%s at %s: no node kind for %s (set llmops_tco_node_kind)'
+                         % (model, url, ', '.join(h for h in best['nodes'] if not node_kinds.get(h))))
+            continue
+        if len(kinds) > 1:
+            notes.append('%s at %s: its nodes are of kinds %s; benchmark through the edges (benchmark_through: '
+                         'edges) for a cost per kind' % (model, url, ', '.join(kinds)))
+            continue
+        share = float(len(best['nodes']))
+        rows.append({'node_kind': kinds[0], 'model': model, 'precision': best.get('precision'), 'url': url,
+                     'concurrency': best['concurrency'], 'within_slo': within,
+                     'throughput_rps': best['throughput_rps'] / share, 'tokens_per_s': best['tokens_per_s'] / share})
+    # Through the edges, one row per node: the kind's figure is their mean.
+    merged = {}
+    for row in rows:
+        merged.setdefault((row['node_kind'], row['model'], row['precision']), []).append(row)
+    priced = []
+    for (kind, model, precision), group in sorted(merged.items()):
+        priced.append({'node_kind': kind, 'model': model, 'precision': precision,
+                       'throughput_rps': sum(r['throughput_rps'] for r in group) / len(group),
+                       'tokens_per_s': sum(r['tokens_per_s'] for r in group) / len(group),
+                       'within_slo': all(r['within_slo'] for r in group),
+                       'concurrency': sorted(set(r['concurrency'] for r in group))})
+    used = sorted(set(r['node_kind'] for r in priced))
+    report = tco_report(dict((k, costs[k]) for k in used if k in costs), [
+        {'node_kind': r['node_kind'], 'model': r['model'], 'precision': r['precision'],
+         'throughput_rps': r['throughput_rps'], 'tokens_per_s': r['tokens_per_s']} for r in priced],
+        currency, utilisation)
+    for row, extra in zip(report['results'], priced):
+        row.update(within_slo=extra['within_slo'], concurrency=extra['concurrency'])
+    report['notes'] = notes + report['notes']
+    return report
+
+
+def _cost_section(tco):
+    money = tco['currency']
+    lines = ['', '## Cost', '',
+             'Per node, at the level each target holds within the SLO (or its most requests/s when none does); '
+             'a year of %s, utilisation %s (docs/capacity.md).' % (money, tco['utilisation']), '',
+             '| node kind | model | precision | req/s per node | tokens/s per node | %s a year per node | '
+             'QPS per 10,000 %s a year | QPS per 10,000 %s of hardware | %s per million tokens |'
+             % (money, money, money, money),
+             '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+    for row in tco['results']:
+        cost = tco['node_kinds'][row['node_kind']]['total']
+        lines.append('| %s | %s | %s | %s%s | %s | %s | %s | %s | %s |' % (
+            row['node_kind'], row['model'], row['precision'], _fmt(row['throughput_rps'], 2),
+            '' if row['within_slo'] else ' (SLO not met)', _fmt(row['tokens_per_s']), _fmt(cost, 0),
+            _fmt(row['qps_per_10k'], 3), _fmt(row['qps_per_10k_hardware'], 3),
+            _fmt(row['cost_per_million_tokens'], 3)))
+    lines += ['', '| node kind | hardware | energy | rack | licence | total |',
+              '| --- | ---: | ---: | ---: | ---: | ---: |']
+    for kind, parts in sorted(tco['node_kinds'].items()):
+        lines.append('| %s | %s | %s | %s | %s | %s |' % (kind, _fmt(parts['hardware'], 0), _fmt(parts['energy'], 0),
+                                                          _fmt(parts['rack'], 0), _fmt(parts['licence'], 0),
+                                                          _fmt(parts['total'], 0)))
+    if tco.get('fleet'):
+        lines += ['', 'The fleet: %s %s a year, %s %s per million output tokens.'
+                  % (_fmt(tco['fleet']['cost_per_year'], 0), money,
+                     _fmt(tco['fleet']['cost_per_million_tokens'], 3), money)]
+    lines += ['', *('- %s' % note for note in tco['notes'])] if tco['notes'] else []
+    return lines
+
+
+def benchmark_report(results, shape=None, title='Fleet benchmark', tco=None):
     """The Markdown report of a run's results (a list of vllm_benchmark results with model, url, via, nodes,
     concurrency)."""
     shape = dict(shape or {})
@@ -110,6 +201,8 @@ def benchmark_report(results, shape=None, title='Fleet benchmark'):
     holds = _holds(results)
     if holds:
         lines += ['', '## What this fleet holds', ''] + holds
+    if tco:
+        lines += _cost_section(tco)
     return '\n'.join(lines) + '\n'
 
 

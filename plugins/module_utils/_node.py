@@ -48,6 +48,7 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
             'model': item['served_model_name'],
             'model_path': item['model'],
             'device': item['device'],
+            'precision': item.get('precision'),
             'unit': item['unit'],
             'loopback_url': item['url'],
             'metrics_path': metrics_path,

@@ -131,6 +131,20 @@ def _precision(host, name, item, placement, gpu, model_config):
     return dtype, quantization
 
 
+def precision_label(dtype, quantization, model_config):
+    """What the instance computes in, for reports: the quantization (or the checkpoint's), else the dtype, with
+    auto read from the model's config.json."""
+    if quantization:
+        return quantization
+    checkpoint = (model_config or {}).get('quantization_config') or {}
+    if checkpoint.get('quant_method'):
+        bits = checkpoint.get('bits') or checkpoint.get('weight_bits')
+        return '%s-int%s' % (checkpoint['quant_method'], bits) if bits else str(checkpoint['quant_method'])
+    if dtype != 'auto':
+        return dtype
+    return str((model_config or {}).get('torch_dtype') or (model_config or {}).get('dtype') or 'auto')
+
+
 def _systemd_quote(word):
     word = str(word)
     if word and re.match(r'^[A-Za-z0-9_@%+=:,./-]+$', word):
@@ -227,8 +241,10 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         if clash:
             _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),
                   'drop them from env; pin with cpus/gpus instead')
-        plans.append(_instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
-                                    max_model_len, port, local, label))
+        plan = _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
+                              max_model_len, port, local, label)
+        plan['precision'] = precision_label(dtype, quantization, config)
+        plans.append(plan)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
     return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans], 'warnings': warnings}
 

@@ -89,14 +89,14 @@ def node_cost(kind, costs):
 def tco_report(node_kinds, results, currency='CNY', utilisation=1.0):
     """Cost per node kind, and per benchmark result (kind, model, precision) its QPS per 10,000 and its cost per
     million output tokens; the fleet's yearly cost and cost per million tokens over the results it runs (one per
-    node kind: the others carry fleet: false)."""
+    node kind: the others carry fleet: false; with more, notes say why there is no fleet figure)."""
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
         raise TcoError('tco: utilisation is %r, not a share above 0 and at most 1. Fix: write 60 %% as 0.6'
                        % (utilisation,))
     kinds = dict((kind, node_cost(kind, costs)) for kind, costs in sorted((node_kinds or {}).items()))
     rows = []
     fleet_cost, fleet_tokens = 0.0, 0.0
-    counted = set()
+    counted, notes = set(), []
     for result in results or []:
         kind = result.get('node_kind')
         if kind not in kinds:
@@ -117,8 +117,10 @@ def tco_report(node_kinds, results, currency='CNY', utilisation=1.0):
         })
         if result.get('fleet', True):
             if kind in counted:
-                raise TcoError('tco: node kind %s has more than one result the fleet runs. Fix: set fleet: false on '
-                               'the results it does not run (another precision, an experiment)' % kind)
+                notes.append('node kind %s has more than one result the fleet runs (%s/%s among them): each row '
+                             'above is a node given to that model alone, and the fleet figure is not summed'
+                             % (kind, result.get('model'), result.get('precision')))
+                continue
             counted.add(kind)
             nodes = int(node_kinds[kind].get('nodes', 1))
             fleet_cost += cost * nodes
@@ -129,9 +131,10 @@ def tco_report(node_kinds, results, currency='CNY', utilisation=1.0):
         'utilisation': utilisation,
         'node_kinds': kinds,
         'results': rows,
-        'fleet': {
+        'fleet': None if notes else {
             'cost_per_year': fleet_cost,
             'tokens_per_year': fleet_tokens,
             'cost_per_million_tokens': fleet_cost / fleet_tokens * 1e6 if fleet_tokens else None,
         },
+        'notes': notes,
     }

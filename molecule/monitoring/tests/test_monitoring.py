@@ -204,6 +204,13 @@ def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
     assert after - before == sent
     report = (run / "report.md").read_text()
     assert "| tiny-llama | mon-node | 4 |" in report and "## What this fleet holds" in report
+    # The cost of the level it holds, priced as the lab-cpu kind: 12,000 + 2,452.8 (350 W) + 6,000 a year.
+    (priced,) = results["tco"]["results"]
+    assert results["tco"]["node_kinds"]["lab-cpu"]["total"] == pytest.approx(20452.8)
+    held = max((r for r in by_clients.values() if r["slo_met"]), key=lambda r: r["throughput_rps"])
+    assert priced["precision"] == "float32" and priced["throughput_rps"] == held["throughput_rps"]
+    assert priced["qps_per_10k"] == pytest.approx(held["throughput_rps"] / 2.04528)
+    assert "| lab-cpu | tiny-llama | float32 |" in report and "The fleet: 20453 CNY a year" in report
     assert "Results: %s/results.json and report.md" % run in output
 
     compared = " ".join(playbook("benchmark_compare.yml", "-e", "before=%s" % (run / "results.json"),

@@ -12,20 +12,22 @@ import copy
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils._benchmark import (
-    BenchmarkError, benchmark_compare, benchmark_report, benchmark_targets)
+    BenchmarkError, benchmark_compare, benchmark_report, benchmark_targets, benchmark_tco)
 
 NODE1 = {'host': 'node1', 'endpoints': ['10.0.0.11:8000'], 'vip_endpoints': ['10.0.0.100:8000'],
-         'models': ['llama-70b', 'qwen-7b']}
+         'models': ['llama-70b', 'qwen-7b'],
+         'instances': [{'model': 'llama-70b', 'precision': 'fp8'}, {'model': 'qwen-7b', 'precision': 'bfloat16'}]}
 NODE2 = {'host': 'node2', 'endpoints': ['10.0.0.12:8000'], 'vip_endpoints': ['10.0.0.100:8000'],
-         'models': ['llama-70b']}
+         'models': ['llama-70b'], 'instances': [{'model': 'llama-70b', 'precision': 'fp8'}]}
 
 
 def test_through_the_vip_one_target_per_model():
     targets = benchmark_targets({'node1': NODE1, 'node2': NODE2})
     assert targets == [
-        {'model': 'llama-70b', 'url': 'https://10.0.0.100:8000/v1/completions', 'via': 'vip',
+        {'model': 'llama-70b', 'precision': 'fp8', 'url': 'https://10.0.0.100:8000/v1/completions', 'via': 'vip',
          'nodes': ['node1', 'node2']},
-        {'model': 'qwen-7b', 'url': 'https://10.0.0.100:8000/v1/completions', 'via': 'vip', 'nodes': ['node1']}]
+        {'model': 'qwen-7b', 'precision': 'bfloat16', 'url': 'https://10.0.0.100:8000/v1/completions', 'via': 'vip',
+         'nodes': ['node1']}]
 
 
 def test_without_a_vip_each_node_edge():
@@ -83,3 +85,37 @@ def test_compare_two_runs():
            '| 0 | 0 |' in compared['markdown']
     with pytest.raises(BenchmarkError, match='the before file is not a benchmark result'):
         benchmark_compare({'results': []}, after)
+
+
+A800 = {'hardware_price': 1200000, 'depreciation_years': 5, 'power_watts': 6500, 'pue': 1.3,
+        'energy_price_per_kwh': 0.8, 'rack_cost_per_month': 3000, 'licence_cost_per_year': 10000, 'nodes': 2}
+
+
+def test_the_cost_of_what_each_target_holds():
+    # Through the VIP, two A800 nodes: the level within the SLO with the most requests/s is 10 clients (40 req/s),
+    # 20 req/s and 640 tokens/s per node.
+    results = [dict(result(1, 5.0, 120.0), precision='fp8'), dict(result(10, 40.0, 180.0), precision='fp8'),
+               dict(result(100, 60.0, 450.0), precision='fp8')]
+    tco = benchmark_tco(results, {'a800x8': A800, 'unused': A800}, {'node1': 'a800x8', 'node2': 'a800x8'})
+    (row,) = tco['results']
+    assert row['node_kind'] == 'a800x8' and row['precision'] == 'fp8' and row['within_slo']
+    assert row['throughput_rps'] == 20.0 and row['tokens_per_s'] == 640.0 and row['concurrency'] == [10]
+    assert row['qps_per_10k'] == pytest.approx(20 / 34.52176)
+    assert list(tco['node_kinds']) == ['a800x8']
+    assert tco['fleet']['cost_per_year'] == pytest.approx(2 * 345217.6)
+    report = benchmark_report(results, tco=tco)
+    assert '| a800x8 | llama-70b | fp8 | 20.00 | 640.0 | 345218 | 0.579 | 0.167 |' in report
+    assert '| a800x8 | 240000 | 59218 | 36000 | 10000 | 345218 |' in report
+    assert 'The fleet: 690435 CNY a year' in report
+
+
+def test_no_level_within_the_slo_and_nodes_without_a_kind_are_said():
+    results = [result(1, 5.0, 320.0), result(10, 40.0, 480.0)]
+    tco = benchmark_tco(results, {'a800x8': A800}, {'node1': 'a800x8', 'node2': 'a800x8'})
+    assert tco['results'][0]['throughput_rps'] == 20.0 and not tco['results'][0]['within_slo']
+    assert '20.00 (SLO not met)' in benchmark_report(results, tco=tco)
+    tco = benchmark_tco(results, {'a800x8': A800}, {'node1': 'a800x8'})
+    assert tco['results'] == [] and tco['notes'] == [
+        'llama-70b at https://10.0.0.100:8000/v1/completions: no node kind for node2 (set llmops_tco_node_kind)']
+    tco = benchmark_tco(results, {'a800x8': A800, 'h100x8': A800}, {'node1': 'a800x8', 'node2': 'h100x8'})
+    assert 'its nodes are of kinds a800x8, h100x8; benchmark through the edges' in tco['notes'][0]

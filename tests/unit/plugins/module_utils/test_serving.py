@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from ansible_collections.llmops.vllm.plugins.module_utils._serving import ServingPlanError, serving_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._serving import (
+    ServingPlanError, precision_label, serving_plan)
 from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
     KUNPENG920_8xA100,
     LAB_2CORE_CPU_ONLY,
@@ -178,3 +179,15 @@ def test_the_example_inventory_plans_on_its_hardware(facts):
     assert not {0, 1, 64, 65} & set(unit['placement']['cpus'])
     # The A100s hang off NUMA nodes 0 and 2 (one per socket): memory is bound there.
     assert unit['numa_mask'] == '0,2'
+
+
+@pytest.mark.parametrize('dtype, quantization, config, label', [
+    ('auto', 'fp8', {}, 'fp8'),
+    ('auto', None, {'quantization_config': {'quant_method': 'gptq', 'bits': 8}}, 'gptq-int8'),
+    ('auto', None, {'quantization_config': {'quant_method': 'compressed-tensors'}}, 'compressed-tensors'),
+    ('float16', None, {'torch_dtype': 'bfloat16'}, 'float16'),
+    ('auto', None, {'torch_dtype': 'bfloat16'}, 'bfloat16'),
+    ('auto', None, None, 'auto'),
+])
+def test_the_precision_label_of_reports(dtype, quantization, config, label):
+    assert precision_label(dtype, quantization, config) == label
