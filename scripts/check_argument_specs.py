@@ -15,7 +15,8 @@ ROLES = pathlib.Path(__file__).resolve().parent.parent / "roles"
 # Fleet-level variables: set once in the inventory, read by a role and by playbooks (facts.yml draws them).
 FLEET_VARIABLES = {"vllm_instances", "vllm_reserved_cpus", "vllm_service_vips", "vllm_service_names",
                    "vllm_cuda_version", "llmops_tools_venv", "llmops_facts_dir",
-                   "llmops_textfile_dir", "llmops_dcgm_exporter_port"}
+                   "llmops_textfile_dir", "llmops_dcgm_exporter_port",
+                   "llmops_node_exporter_port"}
 
 
 def load(path):

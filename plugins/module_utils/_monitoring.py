@@ -98,7 +98,7 @@ def monitoring_plan(nodes, exporters, settings, host=None):
         if not _DURATION.match(str(settings.get(name) or '')):
             _fail(host, 'monitoring_%s is %r, not a Prometheus duration' % (name, settings.get(name)),
                   'write it as Prometheus does, e.g. 15s or 1m')
-    node_port = _port(host, 'monitoring_node_exporter_port', settings.get('node_exporter_port'))
+    node_port = _port(host, 'llmops_node_exporter_port', settings.get('node_exporter_port'))
     dcgm_port = settings.get('dcgm_exporter_port') or 0
     if dcgm_port:
         _port(host, 'llmops_dcgm_exporter_port', dcgm_port)

@@ -71,7 +71,7 @@ def test_no_node_is_a_warning_not_a_refusal():
     ({'client': {'certificate': 'c', 'ca': 'a'}}, 'host mon01: monitoring: the Prometheus client certificate lacks '
                                                   'key. Fix: list the client in pki_host_clients'),
     ({'scrape_interval': '15'}, "monitoring_scrape_interval is '15', not a Prometheus duration"),
-    ({'node_exporter_port': 0}, 'monitoring_node_exporter_port is 0, not a port number'),
+    ({'node_exporter_port': 0}, 'llmops_node_exporter_port is 0, not a port number'),
     ({'exporters': [{'name': 'lb1', 'address': ''}]}, 'host lb1 has no address to scrape node exporter on. Fix: '
                                                       'gather that host'),
     ({'nodes': [dict(node('n1', '10.0.0.11'), stats_url='http://10.0.0.11:8000/edge/metrics')]},
