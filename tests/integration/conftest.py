@@ -34,13 +34,15 @@ def wait_for_systemd(host, attempts=240):
 
 @pytest.fixture
 def lab_host():
-    """A fresh systemd container from the lab image, without network; removed afterwards."""
+    """A fresh systemd container from the lab image, without network, once its systemd has booted; removed
+    afterwards."""
     name = "llmops-it-%s" % uuid.uuid4().hex[:8]
     podman(
         "run", "--detach", "--name", name, "--hostname", name, "--network", "none", "--systemd=always",
         "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", LAB_IMAGE, "/sbin/init",
     )  # fmt: skip
     try:
+        wait_for_systemd(name)
         yield name
     finally:
         podman("rm", "--force", "--time", "2", name, check=False)

@@ -3,7 +3,7 @@ by a unit into a lab container's journal, are found with their fixes, and a unit
 
 import json
 
-from conftest import ansible_playbook_file, podman, wait_for_systemd, wheelhouse_of_0_32_0, write_inventory
+from conftest import ansible_playbook_file, podman, wheelhouse_of_0_32_0, write_inventory
 
 PLAY = """
 - name: Diagnose the vLLM units
@@ -30,7 +30,6 @@ LINES = ["INFO 12-03 10:00:00 [api_server.py:1] Started server process",
 
 def journal_lines(host, unit, lines):
     """Run a unit named UNIT in HOST that prints LINES, and wait until the journal holds them."""
-    wait_for_systemd(host)
     script = "; ".join("echo '%s'" % line for line in lines)
     podman("exec", host, "systemd-run", "--unit", unit, "--service-type=oneshot", "--wait", "sh", "-c", script)
     podman("exec", host, "journalctl", "--sync")

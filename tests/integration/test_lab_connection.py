@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 
-from conftest import ansible_playbook_file, podman
+from conftest import ansible_playbook_file, podman, wait_for_systemd
 
 PLAY = """
 - name: Probe the container through podman_pipelined
@@ -76,6 +76,8 @@ def test_a_restarted_container_is_found_again(lab_host, tmp_path):
     pid = podman("inspect", "--format", "{{.State.Pid}}", lab_host).stdout.strip()
     podman("restart", "--time", "2", lab_host)
     assert podman("inspect", "--format", "{{.State.Pid}}", lab_host).stdout.strip() != pid
+    # Booting, systemd mounts a fresh /tmp, where a task's payload lies: wait, as for any new container.
+    wait_for_systemd(lab_host)
     lines = probe(tmp_path, lab_host, "after")
     assert lines[:2] == [lab_host, "systemd"]
     assert str(entered_pid(lab_host)) == podman("inspect", "--format", "{{.State.Pid}}", lab_host).stdout.strip()

@@ -16,6 +16,14 @@ QUERY = ("import json, sys, urllib.parse, urllib.request; print(urllib.request.u
          " + sys.argv[1], timeout=10).read().decode())")
 
 
+# GET /v1/models from lab-mon1 through a node's edge (argv: the node), with the Prometheus client certificate;
+# prints the edge's X-Request-Id.
+MODELS = ("import ssl, sys, urllib.request; c = ssl.create_default_context(cafile='%s/ca.crt'); "
+          "c.check_hostname = False; c.load_cert_chain('%s/prometheus.crt', '%s/prometheus.key'); "
+          "r = urllib.request.urlopen('https://%%s:8000/v1/models' %% sys.argv[1], context=c, timeout=30); "
+          "r.read(); print(r.headers['X-Request-Id'])" % (PKI, PKI, PKI))
+
+
 def mon():
     return testinfra.get_host("podman://lab-mon1")
 
@@ -53,12 +61,20 @@ def test_the_directors_ipvs_and_breaker_state_reach_prometheus():
 
 
 def test_both_nodes_audit_lines_are_in_the_log_sink():
+    """A request through each node's edge (the models list, with the Prometheus certificate: audited as any
+    client's; Prometheus' own scrapes are probes, not audited) reaches the sink as that node's audit line."""
     address = mon().check_output("ip -4 -o route get 1.1.1.1 | sed -E 's/.* src ([0-9.]+).*/\\1/'")
+    sent = {}
+    for node in NODES:
+        node_address = testinfra.get_host("podman://" + node).check_output(
+            "ip -4 -o route get 1.1.1.1 | sed -E 's/.* src ([0-9.]+).*/\\1/'")
+        sent[mon().check_output("python3 -c %s %s" % (shlex.quote(MODELS), node_address))] = node
 
-    def nodes_seen():
+    def audited():
         out = mon().check_output(
             "redis-cli --tls --cacert %s/ca.crt --cert %s/prometheus.crt --key %s/prometheus.key -h %s --raw "
-            "lrange llmops-vllm -2000 -1" % (PKI, PKI, PKI, address))
+            "lrange llmops-vllm 0 -1" % (PKI, PKI, PKI, address))
         events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        return {e["llmops"]["node"] for e in events if e.get("llmops", {}).get("log") == "edge_audit"}
-    assert wait_for(lambda: nodes_seen() == set(NODES), timeout=90, step=3), nodes_seen()
+        return dict((e["request_id"], e["llmops"]["node"]) for e in events
+                    if e.get("llmops", {}).get("log") == "edge_audit" and e.get("request_id") in sent)
+    assert wait_for(lambda: audited() == sent, timeout=90, step=3), (sent, audited())
