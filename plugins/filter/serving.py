@@ -16,10 +16,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.vllm.plugins.module_utils._serving import ServingPlanError, serving_plan
 
 
-def vllm_serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None):
+def vllm_serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None,
+                      tuning=None):
     """Units of the vLLM instances of a host; see vllm_serving_plan.yml."""
     try:
-        return serving_plan(instances, gpu, numa, install, probes, settings, host, placements)
+        return serving_plan(instances, gpu, numa, install, probes, settings, host, placements, tuning)
     except ServingPlanError as e:
         raise AnsibleFilterError(str(e)) from e
 

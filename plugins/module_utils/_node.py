@@ -49,6 +49,8 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
             'model_path': item['model'],
             'device': item['device'],
             'precision': item.get('precision'),
+            'max_num_seqs': item.get('max_num_seqs'),
+            'tuning': dict(item.get('tuning') or {'source': 'inventory', 'fingerprint': None, 'tuned_at': None}),
             'unit': item['unit'],
             'loopback_url': item['url'],
             'metrics_path': metrics_path,

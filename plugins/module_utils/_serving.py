@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
+from ansible_collections.llmops.vllm.plugins.module_utils._tuning import tuned_instance, tuning_inputs
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLINE_ENV, QUIET_ENV
 
 # The instance-name rule: the name becomes the systemd unit vllm-<name>.service and the edge's /instances/<name>.
@@ -168,7 +169,7 @@ def _model_src(host, name, item, probes):
               'point model_src at a valid model directory')
 
 
-def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None):
+def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None, tuning=None):
     """Return {'instances': [...], 'units': [names], 'warnings': [...]} for the host, or raise ServingPlanError.
 
     instances: vllm_instances. gpu, numa: facts of gpu_facts and numa_facts. placements: vllm_placement()'s
@@ -179,8 +180,10 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
     'model_srcs': {instance name: base64 of model_src/config.json on the controller, or ''}}.
     settings: port_range [low, high], reserved_cpus, hub_access, cache_dir, default_shutdown_timeout,
     nccl_socket_ifname, nccl_env.
+    tuning: {'tuned': the vllm_tuning local fact, 'trial': {instance name: a candidate max_num_seqs}} (_tuning.py).
     """
     settings, probes = dict(settings or {}), dict(probes or {})
+    tuned, trial = tuning_inputs(tuning)
     label = host or 'this host'
     if not isinstance(install, Mapping) or not install.get('venv'):
         raise ServingPlanError('host %s: no installed vLLM is recorded (ansible_local.vllm). Fix: run the '
@@ -198,9 +201,16 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
                                                                                     len(instances or [])))
     low, high = (list(settings.get('port_range') or (8001, 8999)) + [None, None])[:2]
     multi_node = len((numa or {}).get('nodes') or []) > 1
-    ports, plans = {}, []
+    unknown = sorted(set(trial) - set(p['name'] for p in placements))
+    if unknown:
+        raise ServingPlanError('host %s: a tuning trial names instance %s, which this host does not serve. Fix: name '
+                               'one of its vllm_instances' % (label, ', '.join(unknown)))
+    ports, plans, tuning_warnings = {}, [], []
     for item, placement in zip(instances or [], placements):
         name = placement['name']
+        item, tuning_info, warning = tuned_instance(item, install, tuned.get(name), trial.get(name))
+        if warning:
+            tuning_warnings.append('instance %s: %s' % (name, warning))
         if not INSTANCE_NAME.match(name):
             _fail(label, name, 'the name must be lower-case letters, digits and dashes (at most 40), as it names the '
                   'systemd unit', 'rename it, e.g. %s' % re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-'))
@@ -244,8 +254,11 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         plan = _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
                               max_model_len, port, local, label)
         plan['precision'] = precision_label(dtype, quantization, config)
+        plan['max_num_seqs'] = item.get('max_num_seqs')
+        plan['tuning'] = tuning_info
         plans.append(plan)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
+    warnings += tuning_warnings
     return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans], 'warnings': warnings}
 
 
