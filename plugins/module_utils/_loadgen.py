@@ -78,10 +78,17 @@ def request_body(model, prompt, max_tokens, stream, ignore_eos=True):
     return json.dumps(body)
 
 
-def prompt_of(tokens):
-    """A prompt of about `tokens` tokens (one short word is about one token for Llama-style tokenizers)."""
+def prompt_of(tokens, number=None):
+    """A prompt of about `tokens` tokens (one short word is about one token for Llama-style tokenizers).
+
+    With a request number, the prompt starts with it: no two requests share a prefix, so vLLM's prefix cache cannot
+    serve one from another's KV cache blocks.
+    """
     words = ('the', 'fleet', 'serves', 'one', 'model', 'on', 'each', 'node')
-    return ' '.join(words[i % len(words)] for i in range(max(1, int(tokens))))
+    prompt = [words[i % len(words)] for i in range(max(1, int(tokens)))]
+    if number is not None:
+        prompt[0] = str(number)
+    return ' '.join(prompt)
 
 
 class Target(object):
@@ -144,7 +151,10 @@ def one_request(conn, target, body, stream, clock=time.monotonic):
 
 
 def run_load(target, body, stream, concurrency, duration_s=None, requests=None, clock=time.monotonic):
-    """Closed loop; returns (samples, wall seconds). Stops at the duration or after `requests` were sent."""
+    """Closed loop; returns (samples, wall seconds). Stops at the duration or after `requests` were sent.
+
+    body: the request's JSON, or a function of the request's number (1, 2, ...) that returns it.
+    """
     lock = threading.Lock()
     state = {'sent': 0}
     samples = []
@@ -154,19 +164,22 @@ def run_load(target, body, stream, concurrency, duration_s=None, requests=None, 
     def take():
         with lock:
             if requests is not None and state['sent'] >= requests:
-                return False
+                return None
             if deadline is not None and clock() >= deadline:
-                return False
+                return None
             state['sent'] += 1
-            return True
+            return state['sent']
 
     def worker():
         conn = None
-        while take():
+        while True:
+            number = take()
+            if number is None:
+                break
             if conn is None:
                 conn = target.connect()
             try:
-                sample = one_request(conn, target, body, stream, clock)
+                sample = one_request(conn, target, body(number) if callable(body) else body, stream, clock)
             except Exception as e:  # a refused or dropped connection is an error sample, not the end of the run
                 now = clock()
                 sample = {'ok': False, 'status': 0, 'start': now, 'end': now, 'ttft': None, 'itl': [], 'tokens': 0,
@@ -220,3 +233,82 @@ def summarize(samples, wall_s, slo_p99_s=None):
         'over_slo_share': round(over / float(len(good)), 4) if good and slo_p99_s is not None else None,
         'slo_met': (percentile(e2e, 99) <= slo_p99_s) if e2e and slo_p99_s is not None else None,
     }
+
+
+# What the sampler keeps of an instance's /metrics: the peak of gauges, the increase of counters.
+SAMPLED_PEAKS = {'kv_cache_peak': 'vllm:kv_cache_usage_perc', 'running_peak': 'vllm:num_requests_running',
+                 'waiting_peak': 'vllm:num_requests_waiting'}
+SAMPLED_COUNTERS = {'preemptions': 'vllm:num_preemptions_total'}
+
+
+def metric_value(text, name):
+    """The sum over label sets of one metric in a Prometheus text exposition, or None when it is absent."""
+    total, found = 0.0, False
+    for line in (text or '').splitlines():
+        if not line.startswith(name) or line[len(name):len(name) + 1] not in ('{', ' '):
+            continue
+        try:
+            total += float(line.rsplit(None, 1)[-1])
+        except ValueError:
+            continue
+        found = True
+    return total if found else None
+
+
+class MetricsSampler(object):
+    """Reads an instance's /metrics (through the edge with the load's TLS files) every interval while a load runs.
+
+    summary(): kv_cache_peak, running_peak, waiting_peak (highest seen), preemptions (increase), samples, errors.
+    """
+
+    def __init__(self, target, interval_s=0.5):
+        self.target, self.interval_s = target, interval_s
+        self.texts, self.errors = [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.daemon = True
+
+    def read(self):
+        conn = self.target.connect()
+        try:
+            conn.request('GET', self.target.path, headers=self.target.headers())
+            response = conn.getresponse()
+            text = response.read().decode('utf-8', 'replace')
+            if response.status != 200:
+                raise IOError('HTTP %d' % response.status)
+            return text
+        finally:
+            conn.close()
+
+    def _sample(self):
+        try:
+            self.texts.append(self.read())
+        except Exception:  # a missed sample is counted, never fatal to the load
+            self.errors += 1
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return False
+
+    def summary(self):
+        result = {'samples': len(self.texts), 'errors': self.errors}
+        for key, name in SAMPLED_PEAKS.items():
+            values = [v for v in (metric_value(t, name) for t in self.texts) if v is not None]
+            result[key] = max(values) if values else None
+        for key, name in SAMPLED_COUNTERS.items():
+            values = [v for v in (metric_value(t, name) for t in self.texts) if v is not None]
+            # A restart resets a counter: only the steps up count.
+            result[key] = sum(max(0.0, b - a) for a, b in zip(values, values[1:])) if len(values) > 1 else None
+        return result

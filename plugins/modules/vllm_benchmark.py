@@ -83,6 +83,23 @@ options:
     description: Seconds one request may take before it counts as an error.
     type: float
     default: 120
+  distinct_prompts:
+    description:
+      - Start each request's prompt with its number, so that no two share a prefix and vLLM's prefix cache cannot
+        serve one from another's KV cache; every request takes its own KV cache blocks, as distinct users' prompts do.
+      - Off, every request sends the same prompt (the fleet benchmark's figures in docs/capacity.md).
+    type: bool
+    default: false
+  metrics_url:
+    description:
+      - An instance's C(/metrics), through its edge (C(metrics_url) of the node summary) with the same TLS files, or
+        its loopback. While the load runs it is read every O(metrics_interval_s), and RV(metrics) says the peak of the
+        KV cache's use, of running and of waiting requests, and how many preemptions the load caused.
+    type: str
+  metrics_interval_s:
+    description: Seconds between two reads of O(metrics_url).
+    type: float
+    default: 0.5
 notes:
   - One thread per client; a thousand clients need a controller with a thousand file descriptors to spare.
 seealso:
@@ -172,13 +189,36 @@ slo_met:
   description: Whether the end-to-end P99 is within the target, or null without one.
   returned: success
   type: bool
+metrics:
+  description: With O(metrics_url), what the instance said under the load; C(null) without it.
+  returned: success
+  type: dict
+  contains:
+    kv_cache_peak:
+      description: The highest C(vllm:kv_cache_usage_perc) read (0-1).
+      type: float
+    running_peak:
+      description: The most requests running at once (C(vllm:num_requests_running)).
+      type: float
+    waiting_peak:
+      description: The most requests waiting (C(vllm:num_requests_waiting)).
+      type: float
+    preemptions:
+      description: The increase of C(vllm:num_preemptions_total) during the load.
+      type: float
+    samples:
+      description: Reads that succeeded.
+      type: int
+    errors:
+      description: Reads that failed.
+      type: int
 '''
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.six.moves.urllib.parse import urlsplit  # noqa: E402
 
 from ansible_collections.llmops.vllm.plugins.module_utils._loadgen import (  # noqa: E402
-    Target, prompt_of, request_body, run_load, summarize)
+    MetricsSampler, Target, prompt_of, request_body, run_load, summarize)
 
 ARGUMENT_SPEC = dict(
     url=dict(type='str', required=True),
@@ -195,6 +235,9 @@ ARGUMENT_SPEC = dict(
     key_file=dict(type='path'),
     api_key=dict(type='str', no_log=True),
     timeout_s=dict(type='float', default=120),
+    distinct_prompts=dict(type='bool', default=False),
+    metrics_url=dict(type='str'),
+    metrics_interval_s=dict(type='float', default=0.5),
 )
 
 
@@ -202,29 +245,54 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_together=[('cert_file', 'key_file')])
     p = module.params
-    parts = urlsplit(p['url'])
-    if parts.scheme not in ('http', 'https') or not parts.hostname or not parts.path:
-        module.fail_json(msg='url %s is not an http(s) URL with a path. Fix: give the endpoint, e.g. '
-                             'https://10.0.0.5:8000/v1/completions' % p['url'])
     for name in ('concurrency', 'prompt_tokens', 'max_tokens'):
         if p[name] < 1:
             module.fail_json(msg='%s is %d. Fix: give 1 or more' % (name, p[name]))
     if p['duration_s'] <= 0 and not p['requests']:
         module.fail_json(msg='duration_s is %s and requests is not set, so the load would never end. Fix: give a '
                              'duration above 0 or a number of requests' % p['duration_s'])
+    _parts(module, p['url'], 'url')
+    if p['metrics_url']:
+        _parts(module, p['metrics_url'], 'metrics_url')
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg='check mode: no load sent')
+    target = _target(module, p['url'])
+    sampler = None
+    if p['metrics_url']:
+        sampler = MetricsSampler(_target(module, p['metrics_url'], 'metrics_url'), p['metrics_interval_s'])
+    body = request_body(p['model'], prompt_of(p['prompt_tokens']), p['max_tokens'], p['stream'])
+    if p['distinct_prompts']:
+        def body(number):
+            return request_body(p['model'], prompt_of(p['prompt_tokens'], number), p['max_tokens'], p['stream'])
+    if sampler is None:
+        samples, wall = run_load(target, body, p['stream'], p['concurrency'], p['duration_s'] or None, p['requests'])
+    else:
+        with sampler:
+            samples, wall = run_load(target, body, p['stream'], p['concurrency'], p['duration_s'] or None,
+                                     p['requests'])
+    result = summarize(samples, wall, p['slo_p99_s'])
+    result['metrics'] = sampler.summary() if sampler is not None else None
+    module.exit_json(changed=False, skipped=False, **result)
+
+
+def _parts(module, url, option):
+    parts = urlsplit(url)
+    if parts.scheme not in ('http', 'https') or not parts.hostname or not parts.path:
+        module.fail_json(msg='%s %s is not an http(s) URL with a path. Fix: give the endpoint, e.g. '
+                             'https://10.0.0.5:8000/v1/completions' % (option, url))
+    return parts
+
+
+def _target(module, url, option='url'):
+    p = module.params
+    parts = _parts(module, url, option)
     try:
-        target = Target(parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == 'https' else 80),
-                        parts.path, p['ca_file'], p['cert_file'], p['key_file'], p['api_key'], p['timeout_s'])
+        return Target(parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == 'https' else 80),
+                      parts.path, p['ca_file'], p['cert_file'], p['key_file'], p['api_key'], p['timeout_s'])
     except (IOError, OSError) as e:
         files = (p['ca_file'], p['cert_file'], p['key_file'], e)
         module.fail_json(msg='the TLS files (ca %s, certificate %s, key %s) cannot be read: %s. Fix: give the fleet '
                              'CA and a client certificate of the pki role' % files)
-    body = request_body(p['model'], prompt_of(p['prompt_tokens']), p['max_tokens'], p['stream'])
-    samples, wall = run_load(target, body, p['stream'], p['concurrency'], p['duration_s'] or None, p['requests'])
-    result = summarize(samples, wall, p['slo_p99_s'])
-    module.exit_json(changed=False, skipped=False, **result)
 
 
 if __name__ == '__main__':

@@ -9,11 +9,14 @@ molecule/monitoring (the benchmark playbook)."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils._loadgen import (
-    _stream_sample, percentile, prompt_of, request_body, sse_events, summarize)
+    MetricsSampler, Target, _stream_sample, metric_value, percentile, prompt_of, request_body, run_load, sse_events,
+    summarize)
 
 # vLLM 0.32's streamed completion with stream_options.include_usage: one chunk per token, then the usage chunk.
 STREAM = [
@@ -79,3 +82,81 @@ def test_an_empty_load_has_no_latencies():
     result = summarize([], 1.0, 0.2)
     assert result['requests'] == 0 and result['throughput_rps'] == 0 and result['e2e_ms'] == {'p50': None, 'p99': None}
     assert result['slo_met'] is None
+
+
+METRICS = """# HELP vllm:kv_cache_usage_perc KV-cache usage.
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} %s
+vllm:num_requests_running{engine="0",model_name="tiny"} %s
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0
+vllm:num_preemptions_total{engine="0",model_name="tiny"} %s
+vllm:num_preemptions_created{engine="0",model_name="tiny"} 99.0
+"""
+
+
+def test_a_metric_is_summed_over_its_label_sets_and_not_confused_with_longer_names():
+    text = METRICS % (0.25, 3, 7) + 'vllm:num_preemptions_total{engine="1",model_name="tiny"} 2.0\n'
+    assert metric_value(text, 'vllm:num_preemptions_total') == 9.0
+    assert metric_value(text, 'vllm:kv_cache_usage_perc') == 0.25
+    assert metric_value(text, 'vllm:gpu_cache_usage_perc') is None
+
+
+def test_distinct_prompts_start_with_the_request_number():
+    assert prompt_of(4) == 'the fleet serves one'
+    assert prompt_of(4, 12) == '12 fleet serves one' and prompt_of(1, 3) == '3'
+
+
+class FakeVllm(BaseHTTPRequestHandler):
+    """/metrics whose KV-cache use and preemptions step up with each read (a restart resets preemptions once);
+    /v1/completions answers non-streamed and keeps every prompt."""
+
+    reads, prompts = [], []
+    SERIES = [(0.1, 0, 0), (0.6, 4, 3), (0.9, 8, 5), (0.3, 2, 1), (0.2, 1, 2)]
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        kv, running, preempted = self.SERIES[min(len(self.reads), len(self.SERIES) - 1)]
+        self.reads.append(self.path)
+        self._answer(METRICS % (kv, running, preempted), 'text/plain')
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        self.prompts.append(body['prompt'])
+        self._answer(json.dumps({'choices': [{'text': 'x'}], 'usage': {'completion_tokens': body['max_tokens']}}),
+                     'application/json')
+
+    def _answer(self, text, kind):
+        data = text.encode()
+        self.send_response(200)
+        self.send_header('Content-Type', kind)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def fake_vllm():
+    FakeVllm.reads, FakeVllm.prompts = [], []
+    server = ThreadingHTTPServer(('127.0.0.1', 0), FakeVllm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_sampler_keeps_the_peaks_and_the_counters_steps_up_while_a_load_runs(fake_vllm):
+    metrics = Target('http', '127.0.0.1', fake_vllm, '/metrics')
+    completions = Target('http', '127.0.0.1', fake_vllm, '/v1/completions')
+    with MetricsSampler(metrics, interval_s=0.01) as sampler:
+        samples, _wall = run_load(completions, lambda n: request_body('tiny', prompt_of(4, n), 2, False), False,
+                                  concurrency=2, requests=6)
+        while len(FakeVllm.reads) < 5:
+            sampler._stop.wait(0.01)
+    summary = sampler.summary()
+    assert (summary['kv_cache_peak'], summary['running_peak'], summary['waiting_peak']) == (0.9, 8.0, 0.0)
+    # 0 -> 3 -> 5, a reset to 1, then 2: 5 + 1 preemptions, never a negative step.
+    assert summary['preemptions'] == 6.0 and summary['errors'] == 0 and summary['samples'] >= 5
+    assert len(samples) == 6 and all(s['ok'] for s in samples)
+    assert sorted(p.split()[0] for p in FakeVllm.prompts) == ['1', '2', '3', '4', '5', '6']
