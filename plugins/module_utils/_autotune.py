@@ -196,3 +196,101 @@ def next_step(trials, settings, elapsed_s=0):
     if candidate in tried or candidate <= last['value']:
         return _stop('max_value' if candidate == settings['max_value'] else 'explored', trials, settings)
     return {'action': 'try', 'value': candidate, 'reason': 'grow'}
+
+
+def trial_of(value, load, observed, duration_s=None):
+    """One trial's record from what it measured.
+
+    load: vllm_benchmark's result, or None when no load ran (the instance never became ready).
+    observed: ready (it completed a request after the restart), oom (an out-of-memory signature or kill in the
+    trial's journal), engine_died (the unit restarted or the engine-died signature), kv_cache_peak (the highest
+    vllm:kv_cache_usage_perc seen under the load, 0-1), preemptions (vllm:num_preemptions_total's increase),
+    rss_peak_bytes (CPU), gpu_memory_used_ratio (NVML, the instance's GPUs).
+    memory_ratio, what the policy's memory limit reads, is the KV-cache peak: vLLM reserves its GPU memory up front,
+    so the KV cache's use is what grows with the batch on GPUs and CPUs alike.
+    """
+    observed = dict(observed or {})
+    load = dict(load or {})
+    if observed.get('oom'):
+        status = OOM
+    elif observed.get('engine_died') or not observed.get('ready', True):
+        status = ENGINE_DIED
+    elif not load or load.get('skipped') or load.get('errors') or not load.get('succeeded'):
+        status = ERROR
+    else:
+        status = OK
+    e2e = load.get('e2e_ms') or {}
+    trial = {
+        'value': value,
+        'status': status,
+        'throughput_rps': load.get('throughput_rps') if status == OK else None,
+        'tokens_per_s': load.get('tokens_per_s'),
+        'p99_s': e2e['p99'] / 1000.0 if e2e.get('p99') is not None else None,
+        'p50_s': e2e['p50'] / 1000.0 if e2e.get('p50') is not None else None,
+        'errors': load.get('errors'),
+        'error_kinds': load.get('error_kinds') or {},
+        'memory_ratio': observed.get('kv_cache_peak'),
+        'preemptions': observed.get('preemptions'),
+        'rss_peak_bytes': observed.get('rss_peak_bytes'),
+        'gpu_memory_used_ratio': observed.get('gpu_memory_used_ratio'),
+        'duration_s': duration_s,
+    }
+    if status == OK and trial['throughput_rps'] is None:
+        trial['throughput_rps'] = 0.0
+    return trial
+
+
+_REASONS = {
+    'plateau': 'the throughput stopped improving',
+    'ceiling': 'the next candidate is at or above one that failed or broke the SLO',
+    'memory_limit': 'the KV cache reached the memory limit',
+    'max_trials': 'the trial limit was reached',
+    'time_budget': 'the time budget was spent',
+    'no_safe_value': 'no smaller candidate is left to back off to',
+    'max_value': 'the largest allowed value was reached',
+    'explored': 'every candidate on the way was tried',
+}
+
+
+def _cell(value, fmt='%.2f'):
+    return '-' if value is None else fmt % value
+
+
+def report_markdown(tuning):
+    """The Markdown report of one tuning: {node, instance, model, start, previous (what it ran before), chosen,
+    restored, reason, trials, settings, written (where the value was left), failed (a message when the tuning failed
+    and the instance was put back as it was)}.
+    """
+    t = dict(tuning)
+    settings = dict(DEFAULTS, **dict(t.get('settings') or {}))
+    lines = ['# Batch-size tuning: %s on %s' % (t.get('instance'), t.get('node')), '',
+             '- Model: %s' % t.get('model'),
+             '- Tuned: `max_num_seqs`, from %s' % t.get('start')]
+    if t.get('failed'):
+        lines.append('- **The tuning failed**: %s. The instance runs as before the tuning (max_num_seqs %s).'
+                     % (t['failed'], t.get('previous', t.get('start'))))
+    elif t.get('restored'):
+        lines.append('- **No candidate was accepted**: the instance keeps %s (%s).'
+                     % (t.get('start'), _REASONS.get(t.get('reason'), t.get('reason'))))
+    else:
+        reason = _REASONS.get(t.get('reason'), t.get('reason'))
+        lines.append('- **Kept: %s** (stopped: %s).' % (t.get('chosen'), reason))
+    if t.get('written'):
+        lines.append('- Written to: %s' % t['written'])
+    slo = settings.get('slo_p99_s')
+    lines += ['- Limits: KV cache under %.0f %%, end-to-end P99 %s; step %s, at most %s trials%s.'
+              % (settings['memory_limit'] * 100, '%.3g s' % slo if slo is not None else 'not set', settings['step'],
+                 settings['max_trials'], ', %g s' % settings['time_budget_s'] if settings.get('time_budget_s') else ''),
+              '', '| # | max_num_seqs | status | req/s | tokens/s | P50 s | P99 s | KV cache peak | preemptions | '
+              'RSS peak MiB | why not kept |', '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+    for index, trial in enumerate(t.get('trials') or []):
+        rss = trial.get('rss_peak_bytes')
+        lines.append('| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            index + 1, trial.get('value'), trial.get('status'), _cell(trial.get('throughput_rps'), '%.1f'),
+            _cell(trial.get('tokens_per_s'), '%.0f'), _cell(trial.get('p50_s'), '%.3f'),
+            _cell(trial.get('p99_s'), '%.3f'),
+            _cell(trial['memory_ratio'] * 100 if trial.get('memory_ratio') is not None else None, '%.0f %%'),
+            _cell(trial.get('preemptions'), '%.0f'), _cell(rss / 1048576.0 if rss else None, '%.0f'),
+            trial.get('verdict') or ('' if trial.get('status') == OK else trial.get('status'))))
+    lines.append('')
+    return '\n'.join(lines)

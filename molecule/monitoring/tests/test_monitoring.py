@@ -11,7 +11,6 @@ import os
 import pathlib
 import re
 import shlex
-import subprocess
 import time
 
 import pytest
@@ -162,61 +161,6 @@ def test_every_dashboard_panel_returns_data(prom):
             empty.append("%s / %s: %s" % (uid, title, expr))
     assert checked >= 15
     assert not empty, empty
-
-
-# Capacity: playbooks/benchmark.yml from this machine through the node's edge (the benchmark client's mTLS).
-BENCHMARK = {"benchmark_concurrency": [1, 4], "benchmark_duration_s": 5, "benchmark_max_tokens": 16}
-
-
-def playbook(name, *args):
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    result = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-                             os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", name), *args],
-                            capture_output=True, text=True, check=False, env=env)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    return output
-
-
-def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
-    """A real streaming load at the real vLLM (check mode first: no load, no report), the report and the comparison."""
-    settings = dict(BENCHMARK, benchmark_report_dir=str(tmp_path / "reports"))
-    playbook("benchmark.yml", "--check", "-e", json.dumps(settings))
-    assert not (tmp_path / "reports").exists()
-    before = node.file("/var/log/llmops-vllm/edge-audit.log").content_string.count('"path":"/v1/completions"')
-
-    output = " ".join(playbook("benchmark.yml", "-e", json.dumps(settings)).split())
-    (run,) = (tmp_path / "reports").iterdir()
-    results = json.loads((run / "results.json").read_text())
-    assert results["version"] == 1 and results["shape"]["max_tokens"] == 16
-    by_clients = {r["concurrency"]: r for r in results["results"]}
-    assert sorted(by_clients) == [1, 4]
-    for clients, result in by_clients.items():
-        assert result["model"] == "tiny-llama" and result["via"] == "edge" and result["nodes"] == ["mon-node"]
-        assert result["url"].startswith("https://") and result["url"].endswith(":8000/v1/completions")
-        assert result["errors"] == 0 and result["succeeded"] >= clients and result["throughput_rps"] > 0
-        assert result["completion_tokens"] == 16 * result["succeeded"]  # ignore_eos: exactly the shape's tokens
-        assert 0 < result["ttft_ms"]["p50"] <= result["e2e_ms"]["p50"] and result["itl_ms"]["p99"] > 0
-        assert result["slo_p99_ms"] == 200.0 and result["over_slo_share"] is not None
-    # The load went through the edge: audited like any client's.
-    sent = sum(r["requests"] for r in by_clients.values())
-    after = node.file("/var/log/llmops-vllm/edge-audit.log").content_string.count('"path":"/v1/completions"')
-    assert after - before == sent
-    report = (run / "report.md").read_text()
-    assert "| tiny-llama | mon-node | 4 |" in report and "## What this fleet holds" in report
-    # The cost of the level it holds, priced as the lab-cpu kind: 12,000 + 2,452.8 (350 W) + 6,000 a year.
-    (priced,) = results["tco"]["results"]
-    assert results["tco"]["node_kinds"]["lab-cpu"]["total"] == pytest.approx(20452.8)
-    held = max((r for r in by_clients.values() if r["slo_met"]), key=lambda r: r["throughput_rps"])
-    assert priced["precision"] == "float32" and priced["throughput_rps"] == held["throughput_rps"]
-    assert priced["qps_per_10k"] == pytest.approx(held["throughput_rps"] / 2.04528)
-    assert "| lab-cpu | tiny-llama | float32 |" in report and "The fleet: 20453 CNY a year" in report
-    assert "Results: %s/results.json and report.md" % run in output
-
-    compared = " ".join(playbook("benchmark_compare.yml", "-e", "before=%s" % (run / "results.json"),
-                                 "-e", "after=%s" % (run / "results.json")).split())
-    assert "| tiny-llama | %s | 4 |" % by_clients[4]["url"] in (run / "compare.md").read_text()
-    assert "| 1.00 |" in compared
 
 
 # Log shipping: Filebeat on the node, the Redis log sink on the monitoring host.

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.vllm.plugins.module_utils._autotune import AutotuneError, next_step, verdict
+from ansible_collections.llmops.vllm.plugins.module_utils._autotune import (
+    AutotuneError, next_step, report_markdown, trial_of, verdict)
 
 SETTINGS = {'start': 8, 'step': 8, 'max_value': 64, 'memory_limit': 0.7, 'slo_p99_s': 0.2, 'min_gain': 0.02,
             'patience': 2, 'max_trials': 12}
@@ -148,3 +149,40 @@ def test_bad_settings_are_named_with_their_fix(settings, message):
 def test_a_trial_without_a_known_status_is_refused():
     with pytest.raises(AutotuneError, match="trial 1 has status 'crashed'"):
         next_step([{'value': 8, 'status': 'crashed'}], SETTINGS)
+
+
+LOAD = {'succeeded': 120, 'errors': 0, 'throughput_rps': 24.0, 'tokens_per_s': 768.0,
+        'e2e_ms': {'p50': 400.0, 'p99': 900.0}, 'error_kinds': {}}
+
+
+@pytest.mark.parametrize('load, observed, status', [
+    (LOAD, {'ready': True, 'kv_cache_peak': 0.5}, 'ok'),
+    (None, {'ready': False}, 'engine_died'),
+    (None, {'ready': False, 'oom': True}, 'oom'),
+    (LOAD, {'ready': True, 'engine_died': True}, 'engine_died'),
+    (dict(LOAD, errors=3), {'ready': True}, 'error'),
+    (dict(LOAD, succeeded=0), {'ready': True}, 'error'),
+])
+def test_a_trial_is_classified_from_what_it_measured(load, observed, status):
+    trial = trial_of(16, load, observed, duration_s=42)
+    assert (trial['value'], trial['status'], trial['duration_s']) == (16, status, 42)
+    if status == 'ok':
+        assert (trial['throughput_rps'], trial['p99_s'], trial['p50_s'], trial['memory_ratio']) == (24.0, 0.9, 0.4, 0.5)
+    else:
+        assert trial['throughput_rps'] is None
+
+
+def test_the_report_names_the_choice_the_limits_and_every_trial():
+    trials = [dict(trial_of(8, LOAD, {'ready': True, 'kv_cache_peak': 0.3, 'preemptions': 0}), verdict=''),
+              dict(trial_of(16, LOAD, {'ready': True, 'kv_cache_peak': 0.8, 'preemptions': 12,
+                                       'rss_peak_bytes': 2 << 30}), verdict='memory')]
+    report = report_markdown({'node': 'node1', 'instance': 'tiny', 'model': 'tiny-llama', 'start': 8, 'chosen': 8,
+                              'restored': False, 'reason': 'memory_limit', 'trials': trials,
+                              'settings': {'start': 8, 'slo_p99_s': 2.0}, 'written': 'node1:/etc/x.fact'})
+    assert report.startswith('# Batch-size tuning: tiny on node1')
+    assert '**Kept: 8** (stopped: the KV cache reached the memory limit)' in report
+    assert 'KV cache under 70 %, end-to-end P99 2 s; step 8, at most 12 trials' in report
+    assert '| 2 | 16 | ok | 24.0 | 768 | 0.400 | 0.900 | 80 % | 12 | 2048 | memory |' in report
+    failed = report_markdown({'node': 'node1', 'instance': 'tiny', 'start': 16, 'previous': 8, 'trials': [],
+                              'failed': 'boom'})
+    assert '**The tuning failed**: boom. The instance runs as before the tuning (max_num_seqs 8).' in failed

@@ -1,0 +1,172 @@
+"""Verify capacity against a real vLLM CPU instance behind its TLS edge: the benchmark and its comparison, then the
+batch-size tuner (it converges, keeps its value on the node and leaves the instance serving with it; a failure
+forced mid-tuning puts the instance back as it was).
+
+The tests run in file order: the tuner's failure test starts from the value the first tuning kept.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+
+import pytest
+import testinfra
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+PKI = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "pki", "clients")
+UNIT = "/etc/systemd/system/vllm-tiny.service"
+FACT = "/etc/ansible/facts.d/vllm_tuning.fact"
+DRAIN = "/var/lib/llmops-vllm/edge/draining"
+
+
+@pytest.fixture(scope="module")
+def node():
+    return testinfra.get_host("podman://cap-node")
+
+
+def playbook(name, *args, passes=True):
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    result = subprocess.run(["ansible-playbook", "-i", INVENTORY,
+                             os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", name), *args],
+                            capture_output=True, text=True, check=False, env=env)
+    output = result.stdout + result.stderr
+    assert (result.returncode == 0) == passes, output[-6000:]
+    return output
+
+
+def completes(node):
+    """A completion from the instance on its loopback (the unit's own address)."""
+    script = ("import json, urllib.request; body = json.dumps({'model': 'tiny-llama', 'prompt': 'ready', "
+              "'max_tokens': 1}).encode(); r = urllib.request.urlopen(urllib.request.Request("
+              "'http://127.0.0.1:8101/v1/completions', body, {'Content-Type': 'application/json'}), timeout=30); "
+              "print(len(json.load(r)['choices']))")
+    return node.run("python3 -c %s" % shlex.quote(script)).stdout.strip() == "1"
+
+
+def max_num_seqs(node):
+    words = node.file(UNIT).content_string.split()
+    return int(words[words.index("--max-num-seqs") + 1])
+
+
+# playbooks/benchmark.yml from this machine through the node's edge (the benchmark client's mTLS).
+BENCHMARK = {"benchmark_concurrency": [1, 4], "benchmark_duration_s": 5, "benchmark_max_tokens": 16}
+
+
+def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
+    """A real streaming load at the real vLLM (check mode first: no load, no report), the report and the comparison."""
+    settings = dict(BENCHMARK, benchmark_report_dir=str(tmp_path / "reports"))
+    playbook("benchmark.yml", "--check", "-e", json.dumps(settings))
+    assert not (tmp_path / "reports").exists()
+    before = node.file("/var/log/llmops-vllm/edge-audit.log").content_string.count('"path":"/v1/completions"')
+
+    output = " ".join(playbook("benchmark.yml", "-e", json.dumps(settings)).split())
+    (run,) = (tmp_path / "reports").iterdir()
+    results = json.loads((run / "results.json").read_text())
+    assert results["version"] == 1 and results["shape"]["max_tokens"] == 16
+    by_clients = {r["concurrency"]: r for r in results["results"]}
+    assert sorted(by_clients) == [1, 4]
+    for clients, result in by_clients.items():
+        assert result["model"] == "tiny-llama" and result["via"] == "edge" and result["nodes"] == ["cap-node"]
+        assert result["url"].startswith("https://") and result["url"].endswith(":8000/v1/completions")
+        assert result["errors"] == 0 and result["succeeded"] >= clients and result["throughput_rps"] > 0
+        assert result["completion_tokens"] == 16 * result["succeeded"]  # ignore_eos: exactly the shape's tokens
+        assert 0 < result["ttft_ms"]["p50"] <= result["e2e_ms"]["p50"] and result["itl_ms"]["p99"] > 0
+        assert result["slo_p99_ms"] == 200.0 and result["over_slo_share"] is not None
+    # The load went through the edge: audited like any client's.
+    sent = sum(r["requests"] for r in by_clients.values())
+    after = node.file("/var/log/llmops-vllm/edge-audit.log").content_string.count('"path":"/v1/completions"')
+    assert after - before == sent
+    report = (run / "report.md").read_text()
+    assert "| tiny-llama | cap-node | 4 |" in report and "## What this fleet holds" in report
+    # The cost of the level it holds, priced as the lab-cpu kind: 12,000 + 2,452.8 (350 W) + 6,000 a year.
+    (priced,) = results["tco"]["results"]
+    assert results["tco"]["node_kinds"]["lab-cpu"]["total"] == pytest.approx(20452.8)
+    held = max((r for r in by_clients.values() if r["slo_met"]), key=lambda r: r["throughput_rps"])
+    assert priced["precision"] == "float32" and priced["throughput_rps"] == held["throughput_rps"]
+    assert priced["qps_per_10k"] == pytest.approx(held["throughput_rps"] / 2.04528)
+    assert "| lab-cpu | tiny-llama | float32 |" in report and "The fleet: 20453 CNY a year" in report
+    assert "Results: %s/results.json and report.md" % run in output
+
+    compared = " ".join(playbook("benchmark_compare.yml", "-e", "before=%s" % (run / "results.json"),
+                                 "-e", "after=%s" % (run / "results.json")).split())
+    assert "| tiny-llama | %s | 4 |" % by_clients[4]["url"] in (run / "compare.md").read_text()
+    assert "| 1.00 |" in compared
+
+
+# The tuner: from the instance's 8, steps of 8, 32 distinct-prompt clients for 4 s a trial. A request ends with 160
+# tokens (64 + 96), two KV cache blocks of 128, of the 47 usable: 16 sequences need 32 at most (68 %, under the
+# limit), 24 need 48, one more than there are, so vLLM preempts. A lenient SLO: the lab's 2 CPUs are slow, and
+# the SLO guard has its unit tests.
+TUNING = {"autotune_node": "cap-node", "autotune_instance": "tiny", "autotune_step": 8, "autotune_max_trials": 4,
+          "autotune_concurrency": 32, "autotune_duration_s": 4, "autotune_slo_p99_s": 10, "benchmark_max_tokens": 96}
+
+
+def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_with_it(tmp_path, node):
+    settings = dict(TUNING, autotune_report_dir=str(tmp_path / "reports"))
+    unit_before = node.file(UNIT).content_string
+    output = playbook("autotune.yml", "--check", "-e", json.dumps(settings))
+    assert "check mode: no trial runs" in output
+    assert node.file(UNIT).content_string == unit_before and not node.file(FACT).exists
+    assert not (tmp_path / "reports").exists()
+
+    output = playbook("autotune.yml", "-e", json.dumps(settings))
+    (run,) = (tmp_path / "reports").iterdir()
+    tuning = json.loads((run / "trials.json").read_text())
+    trials = tuning["trials"]
+    assert [t["value"] for t in trials][:2] == [8, 16] and tuning["start"] == 8
+    # Real measurements: the KV cache fills as the batch grows, and the last trial stopped the growth.
+    assert all(t["status"] == "ok" and t["throughput_rps"] > 0 and t["rss_peak_bytes"] > 0 for t in trials), trials
+    peaks = [t["memory_ratio"] for t in trials]
+    assert peaks == sorted(peaks) and peaks[-1] >= 0.7 and peaks[0] < 0.7, trials
+    assert tuning["reason"] == "memory_limit" and trials[-1]["verdict"] == "memory"
+    assert trials[-1]["preemptions"] > 0 and trials[0]["preemptions"] == 0, trials
+    chosen = tuning["chosen"]
+    assert chosen == max((t for t in trials if not t["verdict"]), key=lambda t: t["throughput_rps"])["value"]
+    # Kept on the node, where the serving role reads it; the instance runs and serves with it, back in the pool.
+    fact = json.loads(node.file(FACT).content_string)["instances"]["tiny"]
+    assert (fact["max_num_seqs"], fact["previous"]) == (chosen, 8) and len(fact["fingerprint"]) == 16
+    assert max_num_seqs(node) == chosen and completes(node) and not node.file(DRAIN).exists
+    report = (run / "report.md").read_text()
+    assert "**Kept: %d** (stopped: the KV cache reached the memory limit)" % chosen in report
+    assert "Written to: cap-node:%s" % FACT in report
+    assert (run / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "trial 1: max_num_seqs 8: ok" in output
+
+    # site.yml keeps the tuned value: a second converge changes nothing.
+    converge = playbook("site.yml")
+    assert "cap-node                   : ok=" in converge and "changed=0" in converge.split("cap-node")[-1]
+    assert max_num_seqs(node) == chosen
+
+
+def test_a_failure_mid_tuning_puts_the_instance_back_as_it_was(tmp_path, node):
+    kept = max_num_seqs(node)
+    fact_before = node.file(FACT).content_string
+    settings = dict(TUNING, autotune_start=kept + 8, autotune_report_dir=str(tmp_path / "reports"))
+    key = os.path.join(PKI, "benchmark.key")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    tuner = subprocess.Popen(["ansible-playbook", "-i", INVENTORY,
+                              os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", "autotune.yml"),
+                              "-e", json.dumps(settings)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env)
+    try:
+        # The first trial restarts the instance with the candidate; the load's key goes away meanwhile.
+        deadline = time.monotonic() + 300
+        while max_num_seqs(node) != kept + 8:
+            assert tuner.poll() is None and time.monotonic() < deadline, "the trial never started"
+            time.sleep(1)
+        shutil.move(key, key + ".away")
+        output = tuner.communicate(timeout=600)[0]
+    finally:
+        if os.path.exists(key + ".away"):
+            shutil.move(key + ".away", key)
+    assert tuner.returncode != 0, output[-4000:]
+    flat = " ".join(output.split())
+    assert "autotune: host cap-node, instance tiny: Drive the load at the canary through its edge failed" in flat
+    assert "The instance was put back as it was (max_num_seqs %d) and serves" % kept in flat
+    assert max_num_seqs(node) == kept and completes(node) and not node.file(DRAIN).exists
+    assert node.file(FACT).content_string == fact_before
+    (run,) = (tmp_path / "reports").iterdir()
+    assert "**The tuning failed**" in (run / "report.md").read_text()
