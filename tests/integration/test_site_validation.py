@@ -44,6 +44,18 @@ def test_wrong_element_type_names_the_variable(lab_host, tmp_path):
     assert "Gathering Facts" not in output
 
 
+def test_a_partial_run_of_an_unknown_stage_is_refused_before_any_host_changes(lab_host, tmp_path):
+    inventory = write_inventory(tmp_path, lab_host, "llmops_only_stages: [pki, edges]\n")
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert "llmops_only_stages is ['pki', 'edges']: it must be a list of these stages' roles:" in output
+    assert "Fix: name roles of playbooks/vars/stages.yml" in output
+    assert "Gathering Facts" not in output
+
+
 def test_example_inventory_passes_validation():
     """The shipped example inventory is valid; validate.yml needs no connection to its hosts."""
     result = ansible_playbook_file("playbooks/validate.yml", REPO / "inventories" / "example")

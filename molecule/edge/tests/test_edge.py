@@ -465,8 +465,10 @@ def play(*args, playbook=None, passes=True):
 
 
 VAULT_PASSWORD = os.path.join(EPHEMERAL, "vault-password")
-# Renew now: the certificates (3 days) are within 3 days of their end; new ones last 10 days.
-ROTATE = ["-e", json.dumps({"pki_renew_before_days": 3, "pki_certificate_validity_days": 10})]
+# Renew now: the certificates (3 days) are within 3 days of their end; new ones last 10 days. Only the pki and edge
+# stages apply, as an operator renews certificates (validate and preflight still cover every stage).
+ROTATE = ["-e", json.dumps({"pki_renew_before_days": 3, "pki_certificate_validity_days": 10,
+                            "llmops_only_stages": ["pki", "edge"]})]
 
 # Requests in a loop during the rotation: a new TLS connection for each short one (so it meets the new
 # certificate), and long streamed completions, one after the other, in flight when nginx reloads. The short ones
