@@ -50,7 +50,7 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
             'device': item['device'],
             'precision': item.get('precision'),
             'max_num_seqs': item.get('max_num_seqs'),
-            'tuning': dict(item.get('tuning') or {'source': 'inventory', 'fingerprint': None, 'tuned_at': None}),
+            'tuning': item.get('tuning'),
             'unit': item['unit'],
             'loopback_url': item['url'],
             'metrics_path': metrics_path,
