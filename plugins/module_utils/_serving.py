@@ -259,7 +259,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         plans.append(plan)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
     warnings += tuning_warnings
-    return {'instances': plans, 'units': ['vllm-%s.service' % p['name'] for p in plans], 'warnings': warnings}
+    return {'instances': plans, 'units': [p['unit'] for p in plans], 'warnings': warnings}
 
 
 def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
