@@ -5,7 +5,7 @@
 
 """Filter of the pki role: the certificates the fleet CA issues to one holder.
 
-Documentation: pki_plan.yml next to this file.
+Documentation: pki_plan.yml and pki_crl_plan.yml next to this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,6 +14,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError
+from ansible_collections.llmops.vllm.plugins.module_utils._pki import crl_plan as _crl_plan
 from ansible_collections.llmops.vllm.plugins.module_utils._pki import pki_plan as _pki_plan
 
 
@@ -25,10 +26,19 @@ def pki_plan(settings, identity=None, host=None):
         raise AnsibleFilterError(str(e)) from e
 
 
+def pki_crl_plan(settings, revoked=None, one_more=None, host=None):
+    """The fleet CA's CRL; see pki_crl_plan.yml."""
+    try:
+        return _crl_plan(settings, revoked or [], one_more or None, host)
+    except PkiPlanError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
 class FilterModule(object):
     """llmops.vllm pki filter."""
 
     def filters(self):
         return {
+            'pki_crl_plan': pki_crl_plan,
             'pki_plan': pki_plan,
         }

@@ -149,13 +149,15 @@ def fault_injection(fault, host=None):
 
 
 def _tls(host, settings):
-    """The node's certificate, key and CA: the edge_tls_* settings, else the files the pki role issues."""
+    """The node's certificate, key, CA and CRL: the edge_tls_* settings, else the files the pki role issues."""
     issued = settings.get('pki_files') or {}
     server = issued.get('server') or {}
     tls = {
         'certificate': settings.get('tls_certificate') or server.get('certificate'),
         'key': settings.get('tls_key') or server.get('key'),
         'ca': settings.get('tls_ca') or issued.get('ca'),
+        # The CA's revocation list nginx enforces (ssl_crl); None with a CA of edge_tls_ca and no edge_tls_crl.
+        'crl': settings.get('tls_crl') or (None if settings.get('tls_ca') else issued.get('crl')),
         # The names the pki role put in the certificate; unknown (None) for a certificate of edge_tls_certificate.
         'subject_alt_names': None if settings.get('tls_certificate') else server.get('subject_alt_names'),
     }
@@ -175,7 +177,7 @@ def edge_plan(serving_plan, settings=None, host=None):
     served_model_name are used as they are. settings: port, listen_addresses, default_address
     (the host's default IPv4, used when listen_addresses is empty), vips, api_keys [{name, key}], rate_limit
     {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty),
-    tls_certificate, tls_key, tls_ca (empty: from pki_files), pki_files (the pki plan's files of the host),
+    tls_certificate, tls_key, tls_ca, tls_crl (empty: from pki_files), pki_files (the pki plan's files of the host),
     fault_injection ({share, status, paths} or empty for off).
     """
     settings = dict(settings or {})

@@ -182,6 +182,8 @@ def pki_plan(settings, identity=None, host=None):
         # Where the holder finds its files: the CA, its server certificate (None without one), its clients'.
         'files': {
             'ca': '%s/ca.crt' % directory,
+            # The CA's CRL, where client certificates are checked: on the hosts that serve TLS.
+            'crl': '%s/ca.crl' % directory if 'server' in by_name else None,
             'server': dict([(k, by_name['server'][k + '_path']) for k in ('certificate', 'key')]
                            + [('subject_alt_names', list(by_name['server']['subject_alt_name']))])
             if 'server' in by_name else None,
@@ -191,4 +193,97 @@ def pki_plan(settings, identity=None, host=None):
         'not_after': '+%dd' % days,
         'renew_within': '+%dd' % renew,
         'key': key,
+    }
+
+
+# Reasons a revocation may give (RFC 5280 less certificateHold and removeFromCRL: a revocation here is final).
+REVOCATION_REASONS = ('unspecified', 'key_compromise', 'ca_compromise', 'affiliation_changed', 'superseded',
+                      'cessation_of_operation', 'privilege_withdrawn', 'aa_compromise')
+_HEX_OCTETS = re.compile(r'^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*$')
+
+
+def _serial(where, value, host=None):
+    """A serial number as an integer, from an integer, a decimal string or colon-separated hex octets."""
+    text = str(value).strip()
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if _HEX_OCTETS.match(text):
+        return int(text.replace(':', ''), 16)
+    _fail(host, '%s: serial %r is neither a positive integer nor hex octets' % (where, value),
+          'copy it from openssl x509 -noout -serial (hex, e.g. 4F:1A:...) or from the audit log\'s client_serial')
+
+
+def revocation(entry, clients_dir, issued=(), where='pki_revoked', host=None):
+    """One certificate to revoke, as x509_crl's revoked_certificates takes it.
+
+    entry: exactly one of serial (integer or hex octets), path (a certificate file on the controller) or name (an
+    application client: its current certificate under clients_dir); reason (REVOCATION_REASONS) is optional.
+    issued: the application clients still issued; a name among them is refused (its next certificate would be
+    revoked as well), except for playbooks/revoke.yml, which passes none: it revokes the current one and the next
+    run issues a new one.
+    """
+    if not isinstance(entry, Mapping):
+        _fail(host, '%s entry %r is not a mapping' % (where, entry),
+              'write {serial: 4F:1A:...}, {path: /path/to/cert.crt} or {name: <application client>}')
+    unknown = sorted(set(entry) - {'serial', 'path', 'name', 'reason'})
+    given = [k for k in ('serial', 'path', 'name') if entry.get(k) not in (None, '')]
+    label = '%s entry %s' % (where, ', '.join('%s=%s' % (k, entry[k]) for k in given) or repr(dict(entry)))
+    if unknown:
+        _fail(host, '%s has unknown keys %s' % (label, ', '.join(unknown)), 'use serial, path or name, and reason')
+    if len(given) != 1:
+        _fail(host, '%s names %s' % (label, 'no certificate' if not given else 'the certificate twice'),
+              'give exactly one of serial, path or name')
+    reason = str(entry.get('reason') or 'unspecified')
+    if reason not in REVOCATION_REASONS:
+        _fail(host, '%s: reason %s is not one of %s' % (label, reason, ', '.join(REVOCATION_REASONS)),
+              'pick one; a hold (certificate_hold) is not offered, because a revocation here cannot be lifted: '
+              'issue a new certificate instead')
+    out = {'reason': reason}
+    if given == ['serial']:
+        out['serial_number'] = _serial(label, entry['serial'], host)
+    elif given == ['path']:
+        path = str(entry['path'])
+        if not path.startswith('/'):
+            _fail(host, '%s: the path is not absolute' % label, 'give the certificate file\'s absolute path')
+        out['path'] = path
+    else:
+        name = str(entry['name'])
+        if not _NAME.match(name):
+            _fail(host, '%s: %s is not a client name' % (label, name), 'use the name of an application client')
+        if name in issued:
+            _fail(host, '%s: %s is also in pki_application_clients, so each new certificate it gets would be revoked '
+                  'too' % (label, name),
+                  'to revoke its current certificate and issue it a new one, run playbooks/revoke.yml -e '
+                  'revoke_name=%s; to shut it out, remove it from pki_application_clients as well' % name)
+        out['path'] = '%s/%s.crt' % (clients_dir.rstrip('/'), name)
+    return out
+
+
+def crl_plan(settings, revoked=(), one_more=None, host=None):
+    """The fleet CA's CRL: where it is, how long it is valid, when it is renewed, and what it adds.
+
+    settings: crl_validity_days, crl_renew_before_days, directory (pki_dir on the controller), clients (the
+    application clients' names). revoked: pki_revoked. one_more: playbooks/revoke.yml's certificate, or None.
+    The CRL only grows (x509_crl's update mode): an entry taken out of pki_revoked stays revoked.
+    """
+    settings = dict(settings or {})
+    days = _positive_int(host, 'pki_crl_validity_days', settings.get('crl_validity_days'))
+    renew = _positive_int(host, 'pki_crl_renew_before_days', settings.get('crl_renew_before_days'))
+    if renew >= days:
+        _fail(host, 'pki_crl_renew_before_days (%d) is not below pki_crl_validity_days (%d), so every run would '
+              'renew the CRL' % (renew, days), 'make it smaller, e.g. 2 and 7')
+    directory = str(settings.get('directory') or '').rstrip('/')
+    issued = [str(c.get('name')) for c in settings.get('clients') or [] if isinstance(c, Mapping)]
+    if not isinstance(revoked, (list, tuple)):
+        _fail(host, 'pki_revoked is not a list', 'write it as a list of {serial|path|name, reason}')
+    entries = [revocation(e, directory + '/clients', issued, host=host) for e in revoked]
+    if one_more:
+        entries.append(revocation(one_more, directory + '/clients', where='the certificate to revoke', host=host))
+    return {
+        'path': directory + '/ca.crl',
+        'next_update': '+%dd' % days,
+        'renew_within_s': renew * 86400,
+        'revoked_certificates': entries,
     }

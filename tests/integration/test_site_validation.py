@@ -125,8 +125,14 @@ def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path
             "host {host}: edge: the API key chat-frontend is missing, shorter than 32 characters or has spaces. "
             "Fix: store a random key of at least 32 characters in the vault",
         ),
+        (
+            "pki_application_clients:\n  - {{name: billing}}\npki_revoked:\n  - {{name: billing}}\n",
+            "host {host}: pki: pki_revoked entry name=billing: billing is also in pki_application_clients, so each new "
+            "certificate it gets would be revoked too. Fix: to revoke its current certificate and issue it a new one, "
+            "run playbooks/revoke.yml -e revoke_name=billing",
+        ),
     ],
-    ids=["pki-renewal-window", "edge-short-api-key"],
+    ids=["pki-renewal-window", "edge-short-api-key", "pki-revoked-and-issued"],
 )
 def test_pki_and_edge_preflight_refuse_before_any_host_changes(lab_host, tmp_path, extra_vars, message):
     """Bad PKI or edge settings are refused by site.yml's preflight on a real host, and nothing is installed."""

@@ -174,7 +174,7 @@ def test_the_ca_key_never_leaves_the_controller(node):
     journal = node.check_output("journalctl -o cat --no-pager")
     assert not [form for form in ca_forms if form in journal]
     assert not [form for form in ca_forms if form in node.file(keys[0]).content_string]
-    assert node.run("ls /etc/llmops-vllm/pki").stdout.split() == ["ca.crt", "server.crt", "server.key"]
+    assert node.run("ls /etc/llmops-vllm/pki").stdout.split() == ["ca.crl", "ca.crt", "server.crt", "server.key"]
 
 
 def test_the_server_certificate_names_the_node_and_the_vip(node, node_ip):
@@ -511,6 +511,22 @@ print(json.dumps(counts))
 """
 
 
+def start_loop(client, node_ip):
+    """Run LOOP on the client, with molecule-client's certificate, until stop_loop."""
+    client.check_output("rm -f /tmp/stop-loop /tmp/loop.out")
+    subprocess.run(["podman", "exec", "-i", "edge-client", "sh", "-c",
+                    "cat > /tmp/loop.py && (python3 /tmp/loop.py %s %s %s > /tmp/loop.out 2>&1 &)"
+                    % (node_ip, CERTS, API_KEY)], input=LOOP, text=True, check=True)
+
+
+def stop_loop(client):
+    """Stop LOOP and return its counts."""
+    client.check_output("touch /tmp/stop-loop")
+    assert wait_for(lambda: client.file("/tmp/loop.out").exists and client.file("/tmp/loop.out").content_string,
+                    timeout=120, step=1)
+    return json.loads(client.file("/tmp/loop.out").content_string)
+
+
 def server_serial(node):
     return node.check_output("openssl x509 -noout -serial -in /etc/llmops-vllm/pki/server.crt").split("=")[1]
 
@@ -524,19 +540,13 @@ def test_rotation_under_load_fails_no_request_and_prints_no_secret(node, client,
     secrets = {"API key": [API_KEY], "CA key": secret_forms(ca_key_pem()),
                "server key": secret_forms(node.file("/etc/llmops-vllm/pki/server.key").content_string)}
     old_serial, master = server_serial(node), node.check_output("cat /run/nginx.pid")
-    client.check_output("rm -f /tmp/stop-loop")
-    subprocess.run(["podman", "exec", "-i", "edge-client", "sh", "-c",
-                    "cat > /tmp/loop.py && (python3 /tmp/loop.py %s %s %s > /tmp/loop.out 2>&1 &)"
-                    % (node_ip, CERTS, API_KEY)], input=LOOP, text=True, check=True)
+    start_loop(client, node_ip)
     try:
         time.sleep(3)
         output = play("-vvv", *ROTATE)
         time.sleep(3)
     finally:
-        client.check_output("touch /tmp/stop-loop")
-    assert wait_for(lambda: client.file("/tmp/loop.out").exists and client.file("/tmp/loop.out").content_string,
-                    timeout=120, step=1)
-    counts = json.loads(client.file("/tmp/loop.out").content_string)
+        counts = stop_loop(client)
     assert counts["failed"] == 0 and counts["ok"] > 20 and counts["streams"] > 0, counts
     new_serial = server_serial(node)
     assert new_serial != old_serial
@@ -606,3 +616,45 @@ def test_fault_injection_answers_the_model_api_until_it_is_removed(client, node,
     before = edge_counters(client, node_ip)
     assert curl(client, completions, body=completion_body())[0] == 200
     assert counted(before, edge_counters(client, node_ip)) == {"2xx": 1}
+
+
+REVOKE = os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", "revoke.yml")
+
+
+def give_client(client, name, source):
+    """Copy an application client's certificate and key from the controller to the client container as <name>."""
+    for ext in ("crt", "key"):
+        with open(os.path.join(PKI, "clients", "%s.%s" % (source, ext))) as f:
+            subprocess.run(["podman", "exec", "-i", "edge-client", "sh", "-c", "cat > %s/%s.%s" % (CERTS, name, ext)],
+                           input=f.read(), text=True, check=True)
+    return client.check_output("openssl x509 -noout -serial -in %s/%s.crt", CERTS, name).split("=")[1]
+
+
+def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_failure(client, node, node_ip):
+    completions = "https://%s:8000/v1/completions" % node_ip
+    old_serial = give_client(client, "molecule-revoked", "molecule-revoked")
+    assert curl(client, completions, cert="molecule-revoked", body=completion_body())[0] == 200
+    # Naming nothing is refused before any host changes.
+    refused = " ".join(play(playbook=REVOKE, passes=False).split())
+    assert "revoke.yml: no certificate is named" in refused and "TASK [llmops.vllm.pki" not in refused
+    start_loop(client, node_ip)
+    try:
+        time.sleep(2)
+        output = play("-e", "revoke_name=molecule-revoked", "-e", "revoke_reason=key_compromise", playbook=REVOKE)
+    finally:
+        counts = stop_loop(client)
+    assert "RUNNING HANDLER [llmops.vllm.edge : Reload nginx]" in output
+    # Its next request is refused, at the handshake's certificate check, and audited as revoked.
+    status, headers, body = curl(client, completions, cert="molecule-revoked", body=completion_body())
+    assert status == 400 and "client certificate" in body and "choices" not in body, body
+    line = [line for line in audit_lines(node) if line["request_id"] == headers["x-request-id"]][0]
+    assert line["client_verify"] == "FAILED:certificate revoked" and line["client_serial"] == old_serial, line
+    # The other client's loop, on new connections and through the reload, saw no failure.
+    assert counts["failed"] == 0 and counts["ok"] > 5, counts
+    # The CRL on the node lists the serial, with the reason; the client got a new certificate, which is served.
+    crl = node.check_output("openssl crl -noout -text -in /etc/llmops-vllm/pki/ca.crl")
+    assert "Serial Number: %s" % old_serial in crl and "Key Compromise" in crl, crl
+    new_serial = give_client(client, "molecule-reissued", "molecule-revoked")
+    assert new_serial != old_serial
+    assert curl(client, completions, cert="molecule-reissued", body=completion_body())[0] == 200
+    assert curl(client, completions, cert="molecule-revoked", body=completion_body())[0] == 400

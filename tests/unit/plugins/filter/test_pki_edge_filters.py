@@ -34,11 +34,20 @@ PKI = {'validity_days': 365, 'renew_before_days': 30, 'directory': '/etc/llmops-
 
 
 def test_pki_plan_filter():
-    [name] = pki.FilterModule().filters()
+    assert sorted(pki.FilterModule().filters()) == ['pki_crl_plan', 'pki_plan']
+    name = 'pki_plan'
     result = pki.FilterModule().filters()[name](PKI, {'names': ['n1'], 'addresses': ['10.0.0.1']}, host='n1')
-    assert name == 'pki_plan' and result['certificates'][0]['subject_alt_name'] == ['DNS:n1', 'IP:10.0.0.1']
+    assert result['certificates'][0]['subject_alt_name'] == ['DNS:n1', 'IP:10.0.0.1']
     with pytest.raises(AnsibleFilterError, match='host n1: pki: pki_renew_before_days'):
         pki.pki_plan(dict(PKI, renew_before_days=400), host='n1')
+
+
+def test_pki_crl_plan_filter():
+    settings = {'crl_validity_days': 7, 'crl_renew_before_days': 2, 'directory': '/pki'}
+    result = pki.FilterModule().filters()['pki_crl_plan'](settings, [{'serial': '0A'}], None, host='n1')
+    assert result['revoked_certificates'] == [{'serial_number': 10, 'reason': 'unspecified'}]
+    with pytest.raises(AnsibleFilterError, match='host n1: pki: pki_revoked entry serial=x'):
+        pki.pki_crl_plan(settings, [{'serial': 'x'}], host='n1')
 
 
 def test_edge_plan_filter():

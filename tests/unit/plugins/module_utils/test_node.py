@@ -110,6 +110,7 @@ def test_audit_log_and_tls_files_are_the_edges_and_the_pkis(node):
     assert summary['drain_file'] == '/var/lib/llmops-vllm/edge/draining'
     assert summary['tls'] == edge['tls'] == {'certificate': pki['files']['server']['certificate'],
                                              'key': pki['files']['server']['key'], 'ca': pki['files']['ca'],
+                                             'crl': pki['files']['crl'],
                                              'subject_alt_names': pki['files']['server']['subject_alt_names']}
     # The VIP is in the certificate, so clients reaching the node through the LVS directors accept it.
     assert 'IP:10.20.0.100' in summary['tls']['subject_alt_names'] and summary['vips'] == ['10.20.0.100']
