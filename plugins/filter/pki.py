@@ -26,10 +26,10 @@ def pki_plan(settings, identity=None, host=None):
         raise AnsibleFilterError(str(e)) from e
 
 
-def pki_crl_plan(settings, revoked=None, one_more=None, host=None):
+def pki_crl_plan(settings, revoked=None, one_more=None, host=None, next_update=None):
     """The fleet CA's CRL; see pki_crl_plan.yml."""
     try:
-        return _crl_plan(settings, revoked or [], one_more or None, host)
+        return _crl_plan(settings, revoked or [], one_more or None, host, next_update or None)
     except PkiPlanError as e:
         raise AnsibleFilterError(str(e)) from e
 

@@ -16,6 +16,7 @@ role creates keys where the certificate lives, signs on the controller, and rend
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import datetime
 import ipaddress
 import re
 
@@ -261,11 +262,13 @@ def revocation(entry, clients_dir, issued=(), where='pki_revoked', host=None):
     return out
 
 
-def crl_plan(settings, revoked=(), one_more=None, host=None):
-    """The fleet CA's CRL: where it is, how long it is valid, when it is renewed, and what it adds.
+def crl_plan(settings, revoked=(), one_more=None, host=None, next_update=None, now=None):
+    """The fleet CA's CRL: where it is, how long it is valid, whether this run signs it again, and what it adds.
 
-    settings: crl_validity_days, crl_renew_before_days, directory (pki_dir on the controller), clients (the
-    application clients' names). revoked: pki_revoked. one_more: playbooks/revoke.yml's certificate, or None.
+    settings: path (the CRL on the controller), crl_validity_days, crl_renew_before_days, directory (pki_dir on the
+    controller), clients (the application clients' names). revoked: pki_revoked. one_more: playbooks/revoke.yml's
+    certificate, or None. next_update: the current CRL's (x509_crl_info's YYYYMMDDHHMMSSZ), None without one; now: a
+    UTC datetime.
     The CRL only grows (x509_crl's update mode): an entry taken out of pki_revoked stays revoked.
     """
     settings = dict(settings or {})
@@ -281,9 +284,23 @@ def crl_plan(settings, revoked=(), one_more=None, host=None):
     entries = [revocation(e, directory + '/clients', issued, host=host) for e in revoked]
     if one_more:
         entries.append(revocation(one_more, directory + '/clients', where='the certificate to revoke', host=host))
+    path = str(settings.get('path') or directory + '/ca.crl')
+    warnings, left = [], None
+    if next_update:
+        try:
+            ends = datetime.datetime.strptime(str(next_update), '%Y%m%d%H%M%SZ')
+        except ValueError:
+            _fail(host, 'the CRL %s has a next update %r that is not a time' % (path, next_update),
+                  'move the file away; the next run signs a new one (revocations it held are lost)')
+        left = (ends - (now or datetime.datetime.utcnow())).total_seconds()
+        if left < 0:
+            warnings.append('the CRL %s passed its next update (%s): every edge refuses every client certificate '
+                            'until it is signed again, which this run does (pki stage)' % (path, next_update))
     return {
-        'path': directory + '/ca.crl',
+        'path': path,
         'next_update': '+%dd' % days,
-        'renew_within_s': renew * 86400,
+        # Signed again when there is none yet or within the renewal window of its next update.
+        'renew': left is None or left < renew * 86400,
         'revoked_certificates': entries,
+        'warnings': warnings,
     }

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError, crl_plan
@@ -13,8 +15,12 @@ SETTINGS = {'crl_validity_days': 7, 'crl_renew_before_days': 2, 'directory': '/s
             'clients': [{'name': 'billing-app'}, {'name': 'search'}]}
 
 
-def plan(revoked=(), one_more=None, **settings):
-    return crl_plan(dict(SETTINGS, **settings), list(revoked), one_more, host='gpu-node01')
+NOW = datetime.datetime(2026, 12, 4, 12, 0, 0)
+
+
+def plan(revoked=(), one_more=None, next_update=None, **settings):
+    return crl_plan(dict(SETTINGS, **settings), list(revoked), one_more, host='gpu-node01', next_update=next_update,
+                    now=NOW)
 
 
 def refused(*fragments, **kwargs):
@@ -28,8 +34,24 @@ def refused(*fragments, **kwargs):
 
 
 def test_an_empty_crl_is_planned_on_the_controller():
-    assert plan() == {'path': '/srv/fleet/pki/ca.crl', 'next_update': '+7d', 'renew_within_s': 2 * 86400,
-                      'revoked_certificates': []}
+    assert plan() == {'path': '/srv/fleet/pki/ca.crl', 'next_update': '+7d', 'renew': True,
+                      'revoked_certificates': [], 'warnings': []}
+
+
+@pytest.mark.parametrize('next_update, renew, stale', [('20261211120000Z', False, False),
+                                                       ('20261206120001Z', False, False),
+                                                       ('20261206115959Z', True, False),
+                                                       ('20261204115959Z', True, True)])
+def test_the_crl_is_signed_again_within_its_window_and_a_stale_one_is_warned_of(next_update, renew, stale):
+    crl = plan(next_update=next_update)
+    assert crl['renew'] is renew
+    assert bool(crl['warnings']) is stale
+    if stale:
+        assert 'every edge refuses every client certificate' in crl['warnings'][0]
+
+
+def test_a_next_update_that_is_not_a_time_is_refused():
+    refused('has a next update', next_update='soon')
 
 
 @pytest.mark.parametrize('serial, number', [(66223, 66223), ('66223', 66223), ('01:02:AF', 66223),
