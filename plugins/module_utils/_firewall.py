@@ -14,13 +14,11 @@ __metaclass__ = type
 
 import ipaddress
 
+from ansible_collections.llmops.vllm.plugins.module_utils._node import serves_on_gpu
+
 TABLE = 'llmops'
 DROP_COUNTER = 'dropped'
 PROTOCOLS = ('tcp', 'udp')
-
-
-class FirewallPlanError(ValueError):
-    pass
 
 
 def _network(value):
@@ -55,8 +53,13 @@ def _peer_addresses(peers, group, host, errors):
                           'it reachable from the controller (the preflight reads its network facts).'
                           % (host, group, name))
             continue
-        found = list(facts['all_ipv4_addresses']) + list(facts.get('all_ipv6_addresses') or [])
-        addresses.extend(a for a in found if not str(a).lower().startswith(('127.', '::1', 'fe80:')))
+        for address in list(facts['all_ipv4_addresses']) + list(facts.get('all_ipv6_addresses') or []):
+            try:
+                parsed = ipaddress.ip_address(str(address).split('%')[0])
+            except ValueError:
+                parsed = None  # _split names it
+            if parsed is None or not (parsed.is_loopback or parsed.is_link_local):
+                addresses.append(address)
     return addresses
 
 
@@ -128,8 +131,7 @@ def firewall_plan(node, settings, peers, host=None):
         {'name': 'node_exporter', 'protocol': 'tcp', 'ports': [int(settings['node_exporter_port'])],
          'sources': monitoring, 'destinations': None},
     ]
-    on_gpu = any(i.get('device') == 'cuda' for i in node.get('instances') or [])
-    if on_gpu and int(settings.get('dcgm_exporter_port') or 0) > 0:
+    if serves_on_gpu(node) and int(settings.get('dcgm_exporter_port') or 0) > 0:
         rules.append({'name': 'dcgm_exporter', 'protocol': 'tcp', 'ports': [int(settings['dcgm_exporter_port'])],
                       'sources': monitoring, 'destinations': None})
 
@@ -162,6 +164,6 @@ def firewall_plan(node, settings, peers, host=None):
         'rules': rules,
         'admin': {'address': settings.get('admin_address') or '', 'port': int(settings['admin_port']),
                   'sources': admin[4] + admin[6]},
-        'rollback_seconds': int(settings.get('rollback_seconds') or 30),
+        'rollback_seconds': int(settings['rollback_seconds']),
         'errors': errors,
     }

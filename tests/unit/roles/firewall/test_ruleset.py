@@ -23,7 +23,8 @@ NODE = {'host': 'gpu-node01', 'port': 443, 'addresses': ['10.20.0.11', 'fd00::11
         'instances': [{'name': 'qwen', 'device': 'cuda'}]}
 SETTINGS = {'admin_sources': ['10.20.9.0/24', 'fd00:9::/64'], 'admin_port': 22, 'admin_address': '10.20.0.11',
             'client_sources': [], 'node_exporter_port': 9100, 'dcgm_exporter_port': 9400,
-            'extra_rules': [{'name': 'backup', 'protocol': 'tcp', 'ports': [8400], 'sources': ['10.30.0.7']}]}
+            'extra_rules': [{'name': 'backup', 'protocol': 'tcp', 'ports': [8400], 'sources': ['10.30.0.7']}],
+            'rollback_seconds': 30}
 PEERS = {'monitoring': {'prom01': {'all_ipv4_addresses': ['10.20.0.5'], 'all_ipv6_addresses': ['fd00::5']}}}
 
 
