@@ -55,7 +55,7 @@ def _peer_addresses(peers, group, host, errors):
             continue
         for address in list(facts['all_ipv4_addresses']) + list(facts.get('all_ipv6_addresses') or []):
             try:
-                parsed = ipaddress.ip_address(str(address).split('%')[0])
+                parsed = ipaddress.ip_address(str(address).split('%', maxsplit=1)[0])
             except ValueError:
                 parsed = None  # _split names it
             if parsed is None or not (parsed.is_loopback or parsed.is_link_local):
