@@ -97,12 +97,16 @@ def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
     assert "| 1.00 |" in compared
 
 
-# The tuner: from the instance's 8, steps of 8, 32 distinct-prompt clients for 4 s a trial. A request ends with 160
-# tokens (64 + 96), two KV cache blocks of 128, of the 47 usable: 16 sequences need 32 at most (68 %, under the
-# limit), 24 need 48, one more than there are, so vLLM preempts. A lenient SLO: the lab's 2 CPUs are slow, and
-# the SLO guard has its unit tests.
+# The tuner: from the instance's 8, steps of 8, 32 distinct-prompt clients for 4 s a trial. A prompt of 100 words is
+# 116 tokens, so a request takes a second KV cache block of 128 after about 12 generated tokens, and ends with 212
+# (116 + 96): two blocks, of the 47 usable. 16 sequences need 32 at most (68 %, under the limit), 24 need 48, one
+# more than there are, so vLLM preempts. The early crossing matters: with 64-word prompts (75 tokens) the second
+# block came after 53 tokens, which a trial on busy CPUs did not always reach in 4 s, and the tuner ran out of
+# trials instead of stopping at the memory limit. A lenient SLO: the lab's 2 CPUs are slow, and the SLO guard has
+# its unit tests.
 TUNING = {"autotune_node": "cap-node", "autotune_instance": "tiny", "autotune_step": 8, "autotune_max_trials": 4,
-          "autotune_concurrency": 32, "autotune_duration_s": 4, "autotune_slo_p99_s": 10, "benchmark_max_tokens": 96}
+          "autotune_concurrency": 32, "autotune_duration_s": 4, "autotune_slo_p99_s": 10, "benchmark_prompt_tokens": 100,
+          "benchmark_max_tokens": 96}
 
 
 def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_with_it(tmp_path, node):
