@@ -34,6 +34,16 @@ attributes:
       - This action does not modify state.
 '''
 
+    # Modules that change something, with a full check mode and no diff.
+    MODIFY_MODULE = r'''
+options: {}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+'''
+
     # Description of the facts attribute; combine with FACTS_MODULE.
     FACTS = r'''
 options: {}

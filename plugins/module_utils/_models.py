@@ -6,10 +6,10 @@
 # Note that this module util is **PRIVATE** to the collection. It can change without notice.
 # Do not use this from other collections or standalone plugins/modules!
 
-"""Model directories on a host: whether each exists, and its config.json.
+"""Model directories on a host: whether each exists, its config.json and, for a sealed model, its manifest.
 
-Reads only <path>/config.json of each model directory. A config.json that cannot be read, or is not a JSON
-object, is reported in ``config_error`` instead of failing: the caller decides what it means.
+Reads only <path>/config.json and <path>/llmops-sealed.json of each model directory. A config.json that cannot be
+read, or is not a JSON object, is reported in ``config_error`` instead of failing: the caller decides what it means.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,6 +17,8 @@ __metaclass__ = type
 
 import json
 import os
+
+from ansible_collections.llmops.vllm.plugins.module_utils._sealing import MANIFEST, SealingError, parse_manifest
 
 CONFIG_NAME = 'config.json'
 
@@ -41,11 +43,27 @@ def read_config(path):
     return config, None
 
 
+def read_sealed(path):
+    """Return (manifest or None, error text or None) of a sealed model directory (_sealing.py)."""
+    manifest_path = os.path.join(path, MANIFEST)
+    if not os.path.isfile(manifest_path):
+        return None, None
+    try:
+        with open(manifest_path, 'rb') as f:
+            return parse_manifest(f.read().decode('utf-8'), manifest_path), None
+    except (IOError, OSError) as e:
+        return None, 'cannot read %s: %s' % (manifest_path, e.strerror or e)
+    except (SealingError, UnicodeDecodeError) as e:
+        return None, str(e).split('. Fix: ', maxsplit=1)[0]
+
+
 def model_info(path):
-    """Return {'exists', 'config', 'config_error'} of one model directory."""
+    """Return {'exists', 'config', 'config_error', 'sealed', 'sealed_error'} of one model directory."""
     exists = os.path.isdir(path)
     config, error = read_config(path) if exists else (None, None)
-    return {'exists': exists, 'config': config, 'config_error': error}
+    sealed, sealed_error = read_sealed(path) if exists else (None, None)
+    return {'exists': exists, 'config': config, 'config_error': error, 'sealed': sealed,
+            'sealed_error': sealed_error}
 
 
 def collect_models(paths):

@@ -24,12 +24,17 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
+from ansible_collections.llmops.vllm.plugins.module_utils import _sealing
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
 from ansible_collections.llmops.vllm.plugins.module_utils._tuning import tuned_instance, tuning_inputs
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLINE_ENV, QUIET_ENV
 
 # The instance-name rule: the name becomes the systemd unit vllm-<name>.service and the edge's /instances/<name>.
 INSTANCE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+# A model key's name: it names the credential file /etc/llmops/credentials/model-<name>.cred.
+KEY_NAME = re.compile(r'^[a-z0-9][a-z0-9_-]{0,39}$')
+# LoadCredentialEncrypted= came with systemd 250.
+SYSTEMD_CREDENTIALS = 250
 # Instances listen here only; the edge is the node's one way in.
 LOOPBACK = '127.0.0.1'
 # vLLM's Prometheus endpoint on each instance.
@@ -169,6 +174,59 @@ def _model_src(host, name, item, probes):
               'point model_src at a valid model directory')
 
 
+def _sealed(host, name, item, found, probes, settings):
+    """The sealed-model part of an instance's plan, or None for a model in clear."""
+    key = item.get('model_key')
+    manifest, where = None, item.get('model_src') or item['model']
+    if item.get('model_src'):
+        content = (probes.get('model_src_seals') or {}).get(name)
+        if content:
+            try:
+                manifest = _sealing.parse_manifest(base64.b64decode(content).decode('utf-8'),
+                                                   '%s/%s' % (where, _sealing.MANIFEST))
+            except _sealing.SealingError as e:
+                _fail(host, name, str(e).split('. Fix: ', maxsplit=1)[0],
+                      'seal the model again (playbooks/model_seal.yml)')
+    else:
+        if found.get('sealed_error'):
+            _fail(host, name, found['sealed_error'], 'seal the model again (playbooks/model_seal.yml) and deploy it')
+        manifest = found.get('sealed')
+    if manifest is None:
+        if key:
+            _fail(host, name, 'model_key %s is set, but %s is not a sealed model (no %s)'
+                  % (key, where, _sealing.MANIFEST),
+                  'seal it with playbooks/model_seal.yml and point the instance at the sealed directory, or drop '
+                  'model_key')
+        return None
+    recipient = manifest['recipient']
+    if not key:
+        _fail(host, name, '%s is a sealed model (for %s), and the instance names no model_key' % (where, recipient),
+              'set model_key to the name of its key in vllm_server_model_keys')
+    if not isinstance(key, str) or not KEY_NAME.match(key):
+        _fail(host, name, 'model_key %r is not a key name (lower-case letters, digits, - and _, at most 40)' % (key,),
+              'rename the key')
+    keys = settings.get('model_keys') or {}
+    if key not in keys:
+        _fail(host, name, 'model_key %s is not in vllm_server_model_keys (it holds %s)'
+              % (key, ', '.join(sorted(keys)) or 'no key'),
+              'add the key\'s age identity to vllm_server_model_keys (from the vault), or name one it holds')
+    if keys[key] != recipient:
+        _fail(host, name, 'the model %s is sealed for %s, and key %s is %s' % (where, recipient, key, keys[key]),
+              'name the key it was sealed for, or seal it again for key %s (playbooks/model_seal.yml)' % key)
+    version = re.match(r'\d+', str(settings.get('systemd_version') or ''))
+    if version and int(version.group()) < SYSTEMD_CREDENTIALS:
+        _fail(host, name, 'a sealed model needs systemd %d or newer (LoadCredentialEncrypted=), and the host has %s'
+              % (SYSTEMD_CREDENTIALS, version.group()),
+              'serve it from a host with a newer systemd (Debian 12, Ubuntu 24.04)')
+    summary = _sealing.sealed_summary(manifest)
+    mount = '%s/%s' % (_sealing.PLAIN_ROOT, name)
+    credential_dir = settings.get('credential_dir') or '/etc/llmops/credentials'
+    return dict(summary, key=key, credential='%s/model-%s.cred' % (credential_dir, key),
+                credential_id=_sealing.CREDENTIAL_ID, mount=mount, plain=mount + '/model',
+                tmpfs_bytes=_sealing.tmpfs_bytes(summary['plain_bytes']), refusal_status=_sealing.REFUSAL_STATUS,
+                opener=list(_sealing.OPENER))
+
+
 def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None, tuning=None):
     """Return {'instances': [...], 'units': [names], 'warnings': [...]} for the host, or raise ServingPlanError.
 
@@ -177,9 +235,12 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
     install: the vllm local fact of vllm_install (venv, serve_flags, device); before the first install, the
     install plan's prediction with serve_flags None (every flag assumed).
     probes: {'models': {instance name: {'exists': bool, 'config': the model's config.json or None}},
-    'model_srcs': {instance name: base64 of model_src/config.json on the controller, or ''}}.
+    'model_srcs': {instance name: base64 of model_src/config.json on the controller, or ''},
+    'model_src_seals': {instance name: base64 of model_src/llmops-sealed.json on the controller, or ''}}; a model
+    on the host also carries 'sealed' (its manifest or None) and 'sealed_error'.
     settings: port_range [low, high], reserved_cpus, hub_access, cache_dir, default_shutdown_timeout,
-    nccl_socket_ifname, nccl_env.
+    nccl_socket_ifname, nccl_env, model_keys {key name: age recipient} (never the secret), credential_dir,
+    systemd_version (None when unknown).
     tuning: {'tuned': the vllm_tuning local fact, 'trial': {instance name: a candidate max_num_seqs}} (_tuning.py).
     """
     settings, probes = dict(settings or {}), dict(probes or {})
@@ -236,6 +297,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         elif local and not found.get('exists'):
             _fail(label, name, 'the model path %s does not exist on the host' % model,
                   'stage the model there, or set model_src to a directory on the controller to copy to it')
+        sealed = _sealed(label, name, item, found, probes, settings)
         config = found.get('config') or {}
         context = config.get('max_position_embeddings')
         max_model_len = _int(label, name, item, 'max_model_len')
@@ -252,7 +314,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
             _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),
                   'drop them from env; pin with cpus/gpus instead')
         plan = _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
-                              max_model_len, port, local, label)
+                              max_model_len, port, local, label, sealed)
         plan['precision'] = precision_label(dtype, quantization, config)
         plan['max_num_seqs'] = item.get('max_num_seqs')
         plan['tuning'] = tuning_info
@@ -263,11 +325,13 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
 
 
 def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
-                   local, label):
+                   local, label, sealed=None):
     name = placement['name']
     served = item.get('served_model_name') or name
     cache_dir = '%s/%s' % (settings.get('cache_dir') or '/var/cache/vllm/instances', name)
-    argv = ['%s/bin/vllm' % install['venv'], 'serve', item['model'], '--host', LOOPBACK, '--port', str(port),
+    # A sealed model is served from the plaintext its unit opens (_sealing.py).
+    model = sealed['plain'] if sealed else item['model']
+    argv = ['%s/bin/vllm' % install['venv'], 'serve', model, '--host', LOOPBACK, '--port', str(port),
             '--served-model-name', served, '--dtype', dtype]
     if placement['tensor_parallel_size'] > 1:
         argv += ['--tensor-parallel-size', str(placement['tensor_parallel_size'])]
@@ -318,6 +382,10 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         shutdown = 0
     argv += [str(a) for a in item.get('extra_args') or []]
     env.update(dict((k, str(v)) for k, v in (item.get('env') or {}).items()))
+    command = argv
+    if sealed:
+        command = sealed['opener'] + ['--instance', name, '--key', sealed['key'], '--sealed', item['model'],
+                                      '--into', sealed['plain'], '--'] + argv
     return {
         'name': name,
         'unit': 'vllm-%s.service' % name,
@@ -330,7 +398,8 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         'model_src': item.get('model_src') or None,
         'device': placement['device'],
         'argv': argv,
-        'exec_start': ' '.join(_systemd_quote(a) for a in argv),
+        'exec_start': ' '.join(_systemd_quote(a) for a in command),
+        'sealed': sealed,
         'environment': dict(sorted(env.items())),
         'cpu_affinity': placement['cpulist'],
         'numa_mask': ','.join(str(n) for n in placement['numa_nodes']) if multi_node else None,

@@ -20,11 +20,7 @@ author:
   - llmops.vllm maintainers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  - llmops.vllm.attributes.modify_module
 requirements:
   - matplotlib
 options:

@@ -13,7 +13,8 @@ short_description: Read model directories on the target
 version_added: 0.1.0
 description:
   - For each named model path, tells whether the directory exists and returns its C(config.json).
-  - Changes nothing on the target; reads only C(<path>/config.json) of each path.
+  - Changes nothing on the target; reads only C(<path>/config.json) and C(<path>/llmops-sealed.json) of each path.
+  - A model sealed at rest (M(llmops.vllm.model_seal)) returns its manifest in RV(models.NAME.sealed).
   - >-
     A C(config.json) that cannot be read, is not JSON or is not a JSON object does not fail the module: its
     RV(models.NAME.config) is V(null) and RV(models.NAME.config_error) says why.
@@ -56,6 +57,8 @@ models:
       exists: true
       config: {"architectures": ["Qwen2ForCausalLM"], "max_position_embeddings": 32768}
       config_error: null
+      sealed: null
+      sealed_error: null
   contains:
     NAME:
       description: The model directory given for this name.
@@ -81,6 +84,19 @@ models:
           type: str
           returned: always
           sample: "/var/lib/vllm/models/chat/config.json is not JSON: Expecting value: line 1 column 1 (char 0)"
+        sealed:
+          description:
+            - The manifest (C(llmops-sealed.json)) of a model sealed at rest, with its recipient and the SHA-256 and
+              size of each file's plaintext.
+            - V(null) for a model in clear, or when RV(models.NAME.sealed_error) is set.
+          type: dict
+          returned: always
+          sample: {"format": 1, "recipient": "age1vy...", "clear": ["config.json"], "files": {}}
+        sealed_error:
+          description: Why C(llmops-sealed.json) exists but is not a usable manifest; V(null) otherwise.
+          type: str
+          returned: always
+          sample: null
 '''
 
 import os  # noqa: E402

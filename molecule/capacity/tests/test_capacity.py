@@ -105,8 +105,8 @@ def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
 # trials instead of stopping at the memory limit. A lenient SLO: the lab's 2 CPUs are slow, and the SLO guard has
 # its unit tests.
 TUNING = {"autotune_node": "cap-node", "autotune_instance": "tiny", "autotune_step": 8, "autotune_max_trials": 4,
-          "autotune_concurrency": 32, "autotune_duration_s": 4, "autotune_slo_p99_s": 10, "benchmark_prompt_tokens": 100,
-          "benchmark_max_tokens": 96}
+          "autotune_concurrency": 32, "autotune_duration_s": 4, "autotune_slo_p99_s": 10,
+          "benchmark_prompt_tokens": 100, "benchmark_max_tokens": 96}
 
 
 def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_with_it(tmp_path, node):

@@ -1,6 +1,8 @@
-"""Verify vllm_server with a real vLLM CPU: pinning of every thread, completions, change handling.
+"""Verify vllm_server with a real vLLM CPU: pinning of every thread, completions, change handling, and beta's
+model sealed at rest (ciphertext on disk, plaintext only in the unit's own mount namespace, a wrong key, a rotation).
 
-The tests run in file order: the last ones change the instances (restart one, kill a worker, remove one).
+The tests run in file order: the last ones change the instances (restart one, kill a worker, a wrong key, a key
+rotation, remove one).
 """
 
 import copy
@@ -55,16 +57,21 @@ def answers(host, port, model):
         return False
 
 
-def converge(instances=None, limit_changed=False):
-    """Run converge.yml again, optionally with other instances; returns its stdout."""
+def converge(instances=None, extra=None, passes=True, check=False):
+    """Run converge.yml again, optionally with other instances, more extra vars or in check mode; returns its
+    output."""
     cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
            os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "converge.yml")]
     if instances is not None:
         cmd += ["-e", json.dumps({"vllm_instances": instances})]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    if check:
+        cmd.append("--check")
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-    return result.stdout
+    assert (result.returncode == 0) == passes, result.stdout[-5000:] + result.stderr[-2000:]
+    return result.stdout + result.stderr
 
 
 def scenario_instances():
@@ -113,6 +120,65 @@ def test_completions_and_chat_from_each_instance(host):
         assert chat["choices"][0]["message"]["role"] == "assistant"
 
 
+# beta's model, sealed at rest for the key lab by prepare.yml (playbooks/model_seal.yml).
+SEALED = "/var/lib/vllm/models/tiny-llama.sealed"
+PLAIN = "/run/vllm-models/beta/model"
+KEYS = os.path.join(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ""), "model-keys")
+
+
+def secret(name):
+    with open(os.path.join(KEYS, name + ".txt")) as f:
+        return [line for line in f.read().splitlines() if line.startswith("AGE-SECRET-KEY-1")][0]
+
+
+def manifest(host):
+    return json.loads(host.file(SEALED + "/llmops-sealed.json").content_string)
+
+
+def plaintext_mounts(host):
+    """The processes whose mount namespace holds a sealed model's tmpfs."""
+    return host.run("grep -ls ' /run/vllm-models/' /proc/[0-9]*/mountinfo").stdout.split()
+
+
+def test_the_sealed_model_is_ciphertext_on_the_disk(host):
+    files = manifest(host)["files"]
+    assert "model.safetensors" in files and manifest(host)["clear"] == ["config.json"]
+    for path in files:
+        if path == "config.json":
+            continue
+        content = host.file("%s/%s.age" % (SEALED, path))
+        assert content.content[:22] == b"age-encryption.org/v1\n", path
+    assert not host.file(SEALED + "/model.safetensors").exists
+    # No safetensors header (its JSON names each tensor's dtype) anywhere in the sealed directory.
+    assert host.run("grep -rl --exclude=config.json --exclude=llmops-sealed.json dtype %s", SEALED).stdout == ""
+    # The key is on the disk only as a credential encrypted with the host's key.
+    assert host.run("grep -rlF %s /etc /var/lib/vllm", secret("lab")).stdout == ""
+    assert host.file("/etc/llmops/credentials/model-lab.cred").mode == 0o600
+
+
+def test_the_plaintext_is_seen_only_inside_the_units_mount_namespace(host):
+    pid = main_pid(host, "beta")
+    # Inside the unit's namespace (through its root, as the service user): a tmpfs, with the verified plaintext.
+    inside = host.check_output("runuser -u vllm -- sha256sum /proc/%s/root%s/model.safetensors", str(pid), PLAIN)
+    assert inside.split()[0] == manifest(host)["files"]["model.safetensors"]["sha256"]
+    mounts = [line.split() for line in host.file("/proc/%d/mountinfo" % pid).content_string.splitlines()]
+    assert [m[m.index("-") + 1] for m in mounts if m[4] == "/run/vllm-models/beta"] == ["tmpfs"]
+    # Outside it: neither the host nor another user sees it.
+    assert not host.file(PLAIN).exists
+    assert host.run("grep -qs /run/vllm-models /proc/1/mountinfo").rc != 0
+    other = host.run("runuser -u nobody -- cat /proc/%s/root%s/config.json", str(pid), PLAIN)
+    assert other.rc != 0 and "Permission denied" in other.stderr
+
+
+def test_a_missing_model_key_is_refused_before_any_change(host):
+    unit = host.file("/etc/systemd/system/vllm-beta.service")
+    before = (unit.content_string, unit.mtime, main_pid(host, "beta"))
+    out = " ".join(converge(extra={"vllm_server_model_keys": {}}, passes=False).split())
+    assert ("host serving-node, instance beta: model_key lab is not in vllm_server_model_keys (it holds no key). "
+            "Fix: add the key") in out
+    assert (unit.content_string, unit.mtime, main_pid(host, "beta")) == before
+
+
 def test_second_converge_restarts_nothing(host):
     before = {name: main_pid(host, name) for name in INSTANCES}
     out = converge()
@@ -143,14 +209,63 @@ def test_a_killed_worker_comes_back(host):
     assert completion(host, 8101, "tiny-alpha")["choices"]
 
 
-def test_removing_beta_removes_its_unit(host):
+def current_instances():
+    """The scenario's instances as test_changing_alpha_restarts_alpha_only left them."""
     instances = scenario_instances()
     instances[0]["max_num_seqs"] = 4
-    converge(instances[:1])
+    return instances
+
+
+def test_a_wrong_key_fails_the_start_naming_the_instance_and_the_fix(host):
+    """Another key in beta's credential (as from a mistaken hand on the node): the start is refused, not retried."""
+    cred = "/etc/llmops/credentials/model-lab.cred"
+    host.check_output("age-keygen 2>/dev/null | grep AGE- | systemd-creds encrypt --name=model-key - %s", cred)
+    host.run("systemctl restart vllm-beta")
+    assert wait_for(lambda: host.run("systemctl is-failed vllm-beta").stdout.strip() == "failed", timeout=60, step=1)
+    show = host.check_output("systemctl show vllm-beta -p ExecMainStatus -p NRestarts")
+    assert "ExecMainStatus=78" in show and "NRestarts=0" in show
+    journal = " ".join(host.check_output("journalctl -u vllm-beta -n 20 --no-pager -o cat").split())
+    assert ("vLLM instance beta: the model key lab does not open %s, which is sealed for %s"
+            % (SEALED, manifest(host)["recipient"])) in journal
+    assert "Fix: deliver the key it was sealed for (vllm_server_model_keys.lab in the vault, then site.yml)" in journal
+    assert plaintext_mounts(host) == []
+    # The next run would put the right key back: the credential is compared by decrypting it (check mode here; the
+    # rotation below starts beta again).
+    out = converge(current_instances(), check=True)
+    assert re.search(r"TASK \[llmops.vllm.vllm_server : Deliver the model keys as systemd credentials\][^\n]*\n"
+                     r"(?:(?!TASK \[)[^\n]*\n)*?changed: \[serving-node\] => \(item=\(censored", out), out[-3000:]
+
+
+def test_a_key_rotation_restarts_only_its_instance(host):
+    """Seal beta's model again for the key rotated on the controller, then converge: beta alone restarts."""
+    before = {name: main_pid(host, name) for name in INSTANCES}
+    project, ephemeral = os.environ["MOLECULE_PROJECT_DIRECTORY"], os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+    seal = subprocess.run(["ansible-playbook", os.path.join(project, "playbooks", "model_seal.yml"),
+                           "-e", "model_seal_src=%s/.cache/models/tiny-llama" % project,
+                           "-e", "model_seal_dest=%s/sealed/tiny-llama" % ephemeral,
+                           "-e", json.dumps({"vllm_server_model_keys": {"rotated": secret("rotated")}}),
+                           "-e", "model_seal_key=rotated"], capture_output=True, text=True, check=False)
+    assert seal.returncode == 0 and "this run encrypted 5, copied 0" in " ".join(seal.stdout.split()), seal.stdout
+    instances = current_instances()
+    instances[1]["model_key"] = "rotated"
+    converge(instances)
+    assert main_pid(host, "alpha") == before["alpha"] and main_pid(host, "beta") != before["beta"]
+    assert manifest(host)["recipient"] == subprocess.run(["age-keygen", "-y", os.path.join(KEYS, "rotated.txt")],
+                                                         capture_output=True, text=True, check=True).stdout.strip()
+    assert host.file("/etc/llmops/credentials/model-rotated.cred").exists
+    assert not host.file("/etc/llmops/credentials/model-lab.cred").exists  # no instance names lab now
+    assert completion(host, 8102, "tiny-beta")["choices"]
+
+
+def test_removing_beta_removes_its_unit(host):
+    converge(current_instances()[:1])
     assert not host.file("/etc/systemd/system/vllm-beta.service").exists
     assert not host.service("vllm-beta").is_running
     assert not host.socket("tcp://127.0.0.1:8102").is_listening
     assert host.service("vllm-alpha").is_running
+    # Nothing of the sealed model's plaintext is left in any mount namespace, nor its key's credential.
+    assert plaintext_mounts(host) == []
+    assert host.run("ls /etc/llmops/credentials").stdout.split() == []
 
 
 GPU_INSTANCES = [

@@ -28,7 +28,8 @@ def roles_packages():
 def test_the_node_image_installs_exactly_the_roles_packages():
     (play,) = _yaml('lab/node-image/provision.yml')
     (task,) = [t for t in play['tasks'] if 'ansible.builtin.apt' in t]
-    assert set(task['ansible.builtin.apt']['name']) == roles_packages()
+    sealing = _yaml('roles/vllm_server/vars/main.yml')['_vllm_server_sealing_packages']  # vLLM nodes only
+    assert set(task['ansible.builtin.apt']['name']) == roles_packages() | set(sealing)
 
 
 def test_the_director_image_holds_the_roles_packages():

@@ -24,16 +24,19 @@ def _model(tmp_path, name, config=None):
     return str(path)
 
 
+CLEAR = {'exists': False, 'config': None, 'config_error': None, 'sealed': None, 'sealed_error': None}
+
+
 def test_model_with_config(tmp_path):
-    assert model_info(_model(tmp_path, 'qwen', QWEN)) == {'exists': True, 'config': QWEN, 'config_error': None}
+    assert model_info(_model(tmp_path, 'qwen', QWEN)) == dict(CLEAR, exists=True, config=QWEN)
 
 
 def test_directory_without_config_is_no_error(tmp_path):
-    assert model_info(_model(tmp_path, 'bare')) == {'exists': True, 'config': None, 'config_error': None}
+    assert model_info(_model(tmp_path, 'bare')) == dict(CLEAR, exists=True)
 
 
 def test_missing_directory(tmp_path):
-    assert model_info(str(tmp_path / 'nope')) == {'exists': False, 'config': None, 'config_error': None}
+    assert model_info(str(tmp_path / 'nope')) == CLEAR
 
 
 def test_a_file_is_not_a_model_directory(tmp_path):
@@ -74,3 +77,17 @@ def test_collect_models_keeps_every_name(tmp_path):
     assert sorted(models) == ['chat', 'gone']
     assert (models['chat']['exists'], models['gone']['exists']) == (True, False)
     assert collect_models({}) == {}
+
+
+def test_a_sealed_model_returns_its_manifest(tmp_path):
+    path = _model(tmp_path, 'sealed', QWEN)
+    manifest = {'format': 1, 'recipient': 'age1vynd5kuntcn467wquxnyvyuvjy0yyrhpms35hqzryv2cktlenyds7w3mfx',
+                'clear': ['config.json'], 'files': {'config.json': {'sha256': 'a' * 64, 'size': 2}}}
+    with open(os.path.join(path, 'llmops-sealed.json'), 'w') as f:
+        json.dump(manifest, f)
+    assert model_info(path) == dict(CLEAR, exists=True, config=QWEN, sealed=manifest)
+    with open(os.path.join(path, 'llmops-sealed.json'), 'w') as f:
+        f.write('{"format": 1}')
+    found = model_info(path)
+    assert found['sealed'] is None and found['sealed_error'] == (
+        '%s/llmops-sealed.json is not a sealed-model manifest of format 1' % path)

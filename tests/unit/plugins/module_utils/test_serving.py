@@ -191,3 +191,87 @@ def test_the_example_inventory_plans_on_its_hardware(facts):
 ])
 def test_the_precision_label_of_reports(dtype, quantization, config, label):
     assert precision_label(dtype, quantization, config) == label
+
+
+# Sealed models (_sealing.py): the plan opens them through vllm-model-open, with the key as a systemd credential.
+RECIPIENT = 'age1vynd5kuntcn467wquxnyvyuvjy0yyrhpms35hqzryv2cktlenyds7w3mfx'
+MANIFEST = {'format': 1, 'recipient': RECIPIENT, 'clear': ['config.json'],
+            'files': {'config.json': {'sha256': 'a' * 64, 'size': 100},
+                      'model.safetensors': {'sha256': 'b' * 64, 'size': 3 << 30}}}
+SEALED = dict(LAB_INSTANCES[1], model='/var/lib/vllm/models/tiny.sealed', model_key='lab')
+
+
+def sealed_plan(facts, instance=None, manifest='sealed', keys=None, src=False, **settings):
+    gpu, numa = facts(LAB_2CORE_CPU_ONLY)
+    instance = dict(SEALED if instance is None else instance)
+    manifest = MANIFEST if manifest == 'sealed' else manifest
+    found = {'models': {'beta': {'exists': True, 'config': TINY, 'sealed': manifest}}}
+    if src:
+        instance['model_src'] = '/srv/models/tiny.sealed'
+        found['model_srcs'] = {'beta': base64.b64encode(json.dumps(TINY).encode()).decode()}
+        found['model_src_seals'] = {'beta': base64.b64encode(json.dumps(manifest).encode()).decode()
+                                    if manifest else ''}
+        found['models'] = {}
+    settings = dict(SETTINGS, model_keys={'lab': RECIPIENT} if keys is None else keys, **settings)
+    return serving_plan([instance], gpu, numa, CPU_INSTALL, found, settings, host='node1')['instances'][0]
+
+
+@pytest.mark.parametrize('src', [False, True])
+def test_a_sealed_model_opens_into_the_units_private_tmpfs(facts, src):
+    beta = sealed_plan(facts, src=src)
+    sealed = beta['sealed']
+    assert sealed['key'] == 'lab' and sealed['recipient'] == RECIPIENT and sealed['files'] == 2
+    assert sealed['credential'] == '/etc/llmops/credentials/model-lab.cred' and sealed['credential_id'] == 'model-key'
+    assert sealed['mount'] == '/run/vllm-models/beta' and sealed['plain'] == '/run/vllm-models/beta/model'
+    assert sealed['tmpfs_bytes'] > (3 << 30) + 100 and sealed['refusal_status'] == 78
+    # vLLM reads the plaintext; the unit runs the opener first, which execs vLLM.
+    assert beta['argv'][:3] == ['/opt/vllm/current/venv/bin/vllm', 'serve', '/run/vllm-models/beta/model']
+    assert beta['exec_start'].startswith(
+        '/usr/bin/python3 -I /usr/local/libexec/llmops/vllm-model-open --instance beta --key lab '
+        '--sealed /var/lib/vllm/models/tiny.sealed --into /run/vllm-models/beta/model -- '
+        '/opt/vllm/current/venv/bin/vllm serve /run/vllm-models/beta/model ')
+    assert beta['model'] == '/var/lib/vllm/models/tiny.sealed'
+
+
+def test_a_model_in_clear_has_no_sealed_part(facts):
+    result = plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES)
+    assert [i['sealed'] for i in result['instances']] == [None, None]
+    assert result['instances'][0]['exec_start'].startswith('/opt/vllm/current/venv/bin/vllm serve ')
+
+
+@pytest.mark.parametrize('change, fragments', [
+    (dict(keys={}), ['instance beta: model_key lab is not in vllm_server_model_keys (it holds no key)',
+                     'Fix: add the key\'s age identity to vllm_server_model_keys']),
+    (dict(keys={'lab': 'age1' + 'q' * 58, 'old': RECIPIENT}),
+     ['the model /var/lib/vllm/models/tiny.sealed is sealed for %s, and key lab is age1qqq' % RECIPIENT,
+      'Fix: name the key it was sealed for, or seal it again for key lab (playbooks/model_seal.yml)']),
+    (dict(manifest=None), ['model_key lab is set, but /var/lib/vllm/models/tiny.sealed is not a sealed model',
+                           'Fix: seal it with playbooks/model_seal.yml']),
+    (dict(manifest=None, src=True), ['model_key lab is set, but /srv/models/tiny.sealed is not a sealed model']),
+    (dict(instance=dict(SEALED, model_key=None)), ['is a sealed model (for %s), and the instance names no model_key'
+                                                   % RECIPIENT, 'Fix: set model_key']),
+    (dict(instance=dict(SEALED, model_key='Lab Key')), ['model_key \'Lab Key\' is not a key name']),
+    (dict(systemd_version='249'), ['a sealed model needs systemd 250 or newer (LoadCredentialEncrypted=), and the '
+                                   'host has 249', 'Fix: serve it from a host with a newer systemd']),
+])
+def test_a_sealed_model_that_would_not_open_is_refused(facts, change, fragments):
+    with pytest.raises(ServingPlanError) as error:
+        sealed_plan(facts, **change)
+    message = str(error.value)
+    assert message.startswith('host node1, instance beta: ') and 'Fix: ' in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_a_damaged_manifest_on_the_host_is_refused(facts):
+    gpu, numa = facts(LAB_2CORE_CPU_ONLY)
+    found = {'models': {'beta': {'exists': True, 'config': TINY, 'sealed': None,
+                                 'sealed_error': '/m/llmops-sealed.json is not JSON (Expecting value)'}}}
+    with pytest.raises(ServingPlanError) as error:
+        serving_plan([SEALED], gpu, numa, CPU_INSTALL, found, dict(SETTINGS, model_keys={'lab': RECIPIENT}), host='n')
+    assert 'instance beta: /m/llmops-sealed.json is not JSON (Expecting value). Fix: seal the model again' in str(
+        error.value)
+
+
+def test_systemd_252_serves_sealed_models(facts):
+    assert sealed_plan(facts, systemd_version='252')['sealed']['key'] == 'lab'

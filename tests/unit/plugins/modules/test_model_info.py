@@ -31,10 +31,12 @@ def test_reports_every_model(run_module, models, check_mode):
     result = run_module(model_info, {'paths': models, '_ansible_check_mode': check_mode})
     assert (result['rc'], result['changed']) == (0, False)
     found = result['models']
-    assert found['chat'] == {'exists': True, 'config': QWEN, 'config_error': None}
+    assert found['chat'] == {'exists': True, 'config': QWEN, 'config_error': None, 'sealed': None,
+                             'sealed_error': None}
     assert (found['bad']['exists'], found['bad']['config']) == (True, None)
     assert 'is not JSON' in found['bad']['config_error']
-    assert found['gone'] == {'exists': False, 'config': None, 'config_error': None}
+    assert found['gone'] == {'exists': False, 'config': None, 'config_error': None, 'sealed': None,
+                             'sealed_error': None}
 
 
 def test_no_paths(run_module):
@@ -66,4 +68,5 @@ def test_docs_match_argument_spec():
     assert docs['module'] == 'model_info'
     assert {name: (o['type'], o['default']) for name, o in docs['options'].items()} == {
         name: (spec['type'], spec['default']) for name, spec in model_info.ARGUMENT_SPEC.items()}
-    assert set(returned['models']['contains']['NAME']['contains']) == {'exists', 'config', 'config_error'}
+    assert set(returned['models']['contains']['NAME']['contains']) == {'exists', 'config', 'config_error', 'sealed',
+                                                                       'sealed_error'}
