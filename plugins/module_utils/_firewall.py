@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The host firewall of a vLLM node: who may reach what, from the inventory and the node summary.
+"""The host firewall of a vLLM node or an LVS director: who may reach what, from the inventory and the summaries
+the vLLM roles (llmops_node) and the lvs_director role (llmops_director) publish.
 
 One nftables table, `inet llmops`, with an input chain that drops and counts what no rule accepts. The plan
 returns the rules as nft statements; the firewall role only writes them into the table and applies it.
@@ -19,6 +20,10 @@ from ansible_collections.llmops.vllm.plugins.module_utils._node import serves_on
 TABLE = 'llmops'
 DROP_COUNTER = 'dropped'
 PROTOCOLS = ('tcp', 'udp')
+# VRRP is IP protocol 112 (by number: a minimal host has no /etc/protocols).
+VRRP = 112
+# The kernel's IPVS connection-sync daemon (keepalived's lvs_sync_daemon): UDP to this port.
+IPVS_SYNC_PORT = 8848
 
 
 def _network(value):
@@ -72,6 +77,12 @@ def _statements(rule):
     ports = _set([str(p) for p in rule['ports']])
     lines = []
     for version, keyword in ((4, 'ip'), (6, 'ip6')):
+        if rule['protocol'] == 'vrrp':  # no ports: the IP protocol itself
+            if rule['sources'][version]:
+                header = 'protocol' if version == 4 else 'nexthdr'
+                lines.append('%s saddr %s %s %s %d counter accept comment "%s"' % (
+                    keyword, _set(rule['sources'][version]), keyword, header, VRRP, rule['name']))
+            continue
         sources, destinations = rule['sources'], rule['destinations']
         if sources is not None and not sources[version]:
             continue
@@ -89,17 +100,46 @@ def _statements(rule):
     return lines
 
 
-def firewall_plan(node, settings, peers, host=None):
-    """The firewall of one vLLM node.
+def _notrack(director, host, errors):
+    """Statements of the prerouting chain (priority raw) that exempt the virtual service from conntrack.
 
-    node: its summary (llmops_node): port, addresses, vips, instances.
+    With direct routing a director sees only the clients' half of each connection (the nodes answer the clients
+    themselves), so conntrack would judge the rest of a handshake it never saw the answer to as invalid; the
+    input chain drops invalid packets. Untracked, the service's packets meet only the lvs_service rule.
+    """
+    vips = _split(director.get('vips') or [], 'the director summary (vips)', host, errors)
+    return ['%s daddr %s tcp dport %d notrack' % (keyword, _set(vips[version]), int(director['port']))
+            for version, keyword in ((4, 'ip'), (6, 'ip6')) if vips[version]]
+
+
+def _director_rules(director, clients, directors, host, errors):
+    """A director's own traffic: the virtual service on the VIPs, and VRRP and IPVS connection sync from the other
+    directors (keepalived's unicast peers, or its multicast group: the sources are the directors either way)."""
+    vips = _split(director.get('vips') or [], 'the director summary (vips)', host, errors)
+    rules = [{'name': 'lvs_service', 'protocol': 'tcp', 'ports': [int(director['port'])], 'sources': clients,
+              'destinations': vips}]
+    if director.get('vrrp'):
+        rules.append({'name': 'vrrp', 'protocol': 'vrrp', 'ports': [], 'sources': directors, 'destinations': None})
+    if director.get('vrrp') and director.get('sync_daemon'):
+        rules.append({'name': 'ipvs_sync', 'protocol': 'udp', 'ports': [IPVS_SYNC_PORT], 'sources': directors,
+                      'destinations': None})
+    return rules
+
+
+def firewall_plan(node, settings, peers, host=None, director=None):
+    """The firewall of one vLLM node, one LVS director, or a host that is both.
+
+    node: its summary (llmops_node): port, addresses, vips, instances; empty on a director only.
+    director: the director's summary (llmops_director): vips, port, vrrp, sync_daemon; None on a node only.
     settings: client_sources (empty: anyone), admin_sources, admin_port, controller_address (the controller's
       address as the node sees it, or empty), node_exporter_port, dcgm_exporter_port (0: none), extra_rules
       ({name, protocol, ports, sources}), rollback_seconds, admin_address (where the controller checks that it
       can still connect).
     peers: {group: {host: its facts}} for monitoring and lvs_directors (all_ipv4_addresses, all_ipv6_addresses).
-    Returns {table, counter, rules: [{name, protocol, ports, sources, destinations, statements}], admin, errors}.
+    Returns {table, counter, rules: [{name, protocol, ports, sources, destinations, statements}], notrack (the
+    statements that exempt a director's virtual service from conntrack), admin, errors}.
     """
+    node = node or {}
     host = host or node.get('host')
     errors = []
     monitoring = _split(_peer_addresses(peers, 'monitoring', host, errors), 'a monitoring host', host, errors)
@@ -121,16 +161,19 @@ def firewall_plan(node, settings, peers, host=None):
         for version in (4, 6):  # the directors check health; monitoring scrapes through the edge
             clients[version] += [a for a in directors[version] + monitoring[version] if a not in clients[version]]
     edge_destinations = _split(list(node.get('addresses') or []) + list(node.get('vips') or []),
-                               'the node summary (addresses, vips)', host, errors)
+                               'the node summary (addresses, vips)', host, errors) if node else None
 
     rules = [
         {'name': 'ssh', 'protocol': 'tcp', 'ports': [int(settings['admin_port'])], 'sources': admin,
          'destinations': None},
-        {'name': 'edge', 'protocol': 'tcp', 'ports': [int(node['port'])], 'sources': clients,
-         'destinations': edge_destinations},
-        {'name': 'node_exporter', 'protocol': 'tcp', 'ports': [int(settings['node_exporter_port'])],
-         'sources': monitoring, 'destinations': None},
     ]
+    if node:
+        rules.append({'name': 'edge', 'protocol': 'tcp', 'ports': [int(node['port'])], 'sources': clients,
+                      'destinations': edge_destinations})
+    if director:
+        rules += _director_rules(director, clients, directors, host, errors)
+    rules.append({'name': 'node_exporter', 'protocol': 'tcp', 'ports': [int(settings['node_exporter_port'])],
+                  'sources': monitoring, 'destinations': None})
     if serves_on_gpu(node) and int(settings.get('dcgm_exporter_port') or 0) > 0:
         rules.append({'name': 'dcgm_exporter', 'protocol': 'tcp', 'ports': [int(settings['dcgm_exporter_port'])],
                       'sources': monitoring, 'destinations': None})
@@ -162,6 +205,7 @@ def firewall_plan(node, settings, peers, host=None):
         'table': TABLE,
         'counter': DROP_COUNTER,
         'rules': rules,
+        'notrack': _notrack(director, host, []) if director else [],
         'admin': {'address': settings.get('admin_address') or '', 'port': int(settings['admin_port']),
                   'sources': admin[4] + admin[6]},
         'rollback_seconds': int(settings['rollback_seconds']),

@@ -7,6 +7,7 @@ The tests run in file order. Each leaves the fleet as it found it: both nodes se
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -191,6 +192,28 @@ def test_a_failover_moves_the_vip_within_3_s_and_a_stream_survives():
     chunks = [line for line in out.splitlines() if line.startswith("data: {")]
     assert len(chunks) >= 400
     assert wait_for(full_weight_everywhere, timeout=60, step=2)
+
+
+def test_the_directors_firewall_drops_what_it_does_not_name():
+    """Every test above ran through the directors' firewalls (inventories/lab/group_vars/lvs_directors.yml): VRRP,
+    the connection sync, the VIP's port, health checks, the scrapes. Here: what they do not name is dropped."""
+    for director, address in DIRECTORS.items():
+        table = ssh(director, "nft list table inet llmops")
+        for rule in ("ssh", "lvs_service", "vrrp", "ipvs_sync", "node_exporter"):
+            assert 'comment "%s"' % rule in table, (director, table)
+        assert "policy drop;" in table and "tcp dport 8000 notrack" in table  # DR: the service is not tracked
+        ssh(director, "systemd-run --unit=test-listener --collect python3 -m http.server 8555 && "
+                      "for i in $(seq 50); do ss -ltn | grep -q ':8555 ' && exit 0; sleep 0.2; done; exit 1")
+        try:
+            before = int(ssh(director, "nft list counter inet llmops dropped").split("packets ")[1].split()[0])
+            with pytest.raises((socket.timeout, TimeoutError)):  # dropped, not refused: no reset comes back
+                socket.create_connection((address, 8555), timeout=3).close()
+            after = int(ssh(director, "nft list counter inet llmops dropped").split("packets ")[1].split()[0])
+            assert after > before
+            assert "open" in ssh(director, "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8555), "
+                                           "timeout=3); print('open')\"")
+        finally:
+            ssh(director, "systemctl stop test-listener", check=False)
 
 
 def test_a_rolling_upgrade_under_load_fails_no_request():

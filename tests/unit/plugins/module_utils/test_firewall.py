@@ -104,3 +104,40 @@ def test_refusals_name_the_host_the_setting_and_the_fix():
         text = ' '.join(result['errors'])
         for fragment in fragments:
             assert fragment in text, text
+
+
+DIRECTOR = {'vips': ['10.20.0.100', 'fd00::100'], 'port': 443, 'vrrp': True, 'sync_daemon': True}
+
+
+def test_a_director_opens_its_service_vrrp_and_the_connection_sync_to_the_directors():
+    result = firewall_plan({}, SETTINGS, PEERS, host='lvs01', director=DIRECTOR)
+    assert result['errors'] == []
+    assert statements(result) == {
+        'ssh': ['ip saddr 10.20.9.0/24 tcp dport 22 counter accept comment "ssh"'],
+        'lvs_service': ['ip daddr 10.20.0.100 tcp dport 443 counter accept comment "lvs_service"',
+                        'ip6 daddr fd00::100 tcp dport 443 counter accept comment "lvs_service"'],
+        'vrrp': ['ip saddr { 10.20.0.2, 10.20.0.3 } ip protocol 112 counter accept comment "vrrp"'],
+        'ipvs_sync': ['ip saddr { 10.20.0.2, 10.20.0.3 } udp dport 8848 counter accept comment "ipvs_sync"'],
+        'node_exporter': ['ip saddr 10.20.0.5 tcp dport 9100 counter accept comment "node_exporter"',
+                          'ip6 saddr fd00::5 tcp dport 9100 counter accept comment "node_exporter"'],
+    }
+    # Direct routing: the director never sees the nodes' answers, so conntrack would call the rest of a handshake
+    # invalid. The service is not tracked.
+    assert result['notrack'] == ['ip daddr 10.20.0.100 tcp dport 443 notrack',
+                                 'ip6 daddr fd00::100 tcp dport 443 notrack']
+    assert plan()['notrack'] == []
+
+
+def test_a_single_director_without_vrrp_opens_only_its_service():
+    result = firewall_plan({}, dict(SETTINGS, client_sources=['172.16.0.0/16']), PEERS, host='lvs01',
+                           director=dict(DIRECTOR, vrrp=False, vips=['10.20.0.100']))
+    assert sorted(statements(result)) == ['lvs_service', 'node_exporter', 'ssh']
+    # Named clients, plus the monitoring hosts (probes through the VIP) and the directors.
+    assert statements(result)['lvs_service'] == [
+        'ip saddr { 172.16.0.0/16, 10.20.0.2, 10.20.0.3, 10.20.0.5 } ip daddr 10.20.0.100 tcp dport 443 counter '
+        'accept comment "lvs_service"']
+
+
+def test_a_host_that_is_node_and_director_gets_both():
+    result = firewall_plan(NODE, SETTINGS, PEERS, director=DIRECTOR)
+    assert [r['name'] for r in result['rules']] == ['ssh', 'edge', 'lvs_service', 'vrrp', 'ipvs_sync', 'node_exporter']

@@ -59,6 +59,22 @@ def test_nft_accepts_the_ruleset(tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which('nft') or os.geteuid() != 0, reason='needs nft (nftables) and root')
+def test_nft_accepts_a_directors_ruleset(tmp_path):
+    director = {'vips': ['10.20.0.100', 'fd00::100'], 'port': 443, 'vrrp': True, 'sync_daemon': True}
+    ruleset = tmp_path / 'firewall.nft'
+    peers = dict(PEERS, lvs_directors={
+        'lvs01': {'all_ipv4_addresses': ['10.20.0.2']},
+        'lvs02': {'all_ipv4_addresses': ['10.20.0.3'], 'all_ipv6_addresses': ['fd00::3']}})
+    ruleset.write_text(render('firewall.nft.j2', firewall_plan({}, SETTINGS, peers, 'lvs01', director)))
+    result = subprocess.run(['nft', '--check', '--file', str(ruleset)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr + ruleset.read_text()
+    assert 'ip saddr { 10.20.0.2, 10.20.0.3 } ip protocol 112 counter accept comment "vrrp"' in ruleset.read_text()
+    assert 'ip6 saddr fd00::3 ip6 nexthdr 112 counter accept comment "vrrp"' in ruleset.read_text()
+    assert ('type filter hook prerouting priority raw;\n\t\tip daddr 10.20.0.100 tcp dport 443 notrack'
+            in ruleset.read_text())
+
+
+@pytest.mark.skipif(not shutil.which('nft') or os.geteuid() != 0, reason='needs nft (nftables) and root')
 def test_nft_refuses_a_broken_ruleset(tmp_path):
     ruleset = tmp_path / 'firewall.nft'
     text = render('firewall.nft.j2', firewall_plan(NODE, SETTINGS, PEERS))
