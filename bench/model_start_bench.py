@@ -115,7 +115,8 @@ def start_part(rounds, work):
                 times[arm].append(time.monotonic() - began)
                 podman("exec", NODE, "pkill", "-f", "vllm serve", check=False)
                 # [v] and [V]: the patterns do not match this shell's own command line.
-                podman("exec", NODE, "sh", "-c", "while pgrep -f '[v]llm serve|[V]LLM::' >/dev/null; do sleep 0.2; done")
+                podman("exec", NODE, "sh", "-c",
+                       "while pgrep -f '[v]llm serve|[V]LLM::' >/dev/null; do sleep 0.2; done")
                 log("start: round %d %s %.1f s" % (index + 1, arm, times[arm][-1]))
         return times
     finally:
