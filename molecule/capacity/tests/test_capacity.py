@@ -53,7 +53,8 @@ def max_num_seqs(node):
 
 
 # playbooks/benchmark.yml from this machine through the node's edge (the benchmark client's mTLS).
-BENCHMARK = {"benchmark_concurrency": [1, 4], "benchmark_duration_s": 5, "benchmark_max_tokens": 16}
+BENCHMARK = {"benchmark_concurrency": [1, 4], "benchmark_duration_s": 5, "benchmark_max_tokens": 16,
+             "benchmark_fail_on_errors": True}
 
 
 def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
