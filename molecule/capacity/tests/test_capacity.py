@@ -1,13 +1,13 @@
 """Verify capacity against a real vLLM CPU instance behind its TLS edge: the benchmark and its comparison, then the
 batch-size tuner (it converges, keeps its value on the node and leaves the instance serving with it; a failure
-forced mid-tuning puts the instance back as it was).
+forced mid-tuning puts the instance back as it was). They run as AWX jobs (ansible-runner, the awx_job fixture),
+except the forced failure, which needs the job's process at hand.
 
 The tests run in file order: the tuner's failure test starts from the value the first tuning kept.
 """
 
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -28,14 +28,11 @@ def node():
     return testinfra.get_host("podman://cap-node")
 
 
-def playbook(name, *args, passes=True):
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    result = subprocess.run(["ansible-playbook", "-i", INVENTORY,
-                             os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", name), *args],
-                            capture_output=True, text=True, check=False, env=env)
-    output = result.stdout + result.stderr
-    assert (result.returncode == 0) == passes, output[-6000:]
-    return output
+def playbook(awx_job, name, extravars, check=False):
+    """playbooks/<name> as an AWX job; it must succeed."""
+    job = awx_job("playbooks/" + name, extravars, cmdline="--check" if check else "")
+    assert job.status == "successful" and job.rc == 0, job.stdout[-6000:]
+    return job
 
 
 def completes(node):
@@ -57,14 +54,15 @@ BENCHMARK = {"benchmark_concurrency": [1, 4], "benchmark_duration_s": 5, "benchm
              "benchmark_fail_on_errors": True}
 
 
-def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
+def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node, awx_job):
     """A real streaming load at the real vLLM (check mode first: no load, no report), the report and the comparison."""
     settings = dict(BENCHMARK, benchmark_report_dir=str(tmp_path / "reports"))
-    playbook("benchmark.yml", "--check", "-e", json.dumps(settings))
+    playbook(awx_job, "benchmark.yml", settings, check=True)
     assert not (tmp_path / "reports").exists()
     before = node.file("/var/log/llmops-vllm/edge-audit.log").content_string.count('"path":"/v1/completions"')
 
-    output = " ".join(playbook("benchmark.yml", "-e", json.dumps(settings)).split())
+    job = playbook(awx_job, "benchmark.yml", settings)
+    output = " ".join(job.stdout.split())
     (run,) = (tmp_path / "reports").iterdir()
     results = json.loads((run / "results.json").read_text())
     assert results["version"] == 1 and results["shape"]["max_tokens"] == 16
@@ -91,9 +89,10 @@ def test_the_benchmark_measures_the_instance_through_its_edge(tmp_path, node):
     assert priced["qps_per_10k"] == pytest.approx(held["throughput_rps"] / 2.04528)
     assert "| lab-cpu | tiny-llama | float32 |" in report and "The fleet: 20453 CNY a year" in report
     assert "Results: %s/results.json and report.md" % run in output
+    assert job.stats["artifact_data"]["llmops_reports"] == [str(run)] and job.summary[-1] == "Reports: %s" % run
 
-    compared = " ".join(playbook("benchmark_compare.yml", "-e", "before=%s" % (run / "results.json"),
-                                 "-e", "after=%s" % (run / "results.json")).split())
+    both = {"before": str(run / "results.json"), "after": str(run / "results.json")}
+    compared = " ".join(playbook(awx_job, "benchmark_compare.yml", both).stdout.split())
     assert "| tiny-llama | %s | 4 |" % by_clients[4]["url"] in (run / "compare.md").read_text()
     assert "| 1.00 |" in compared
 
@@ -110,15 +109,16 @@ TUNING = {"autotune_node": "cap-node", "autotune_instance": "tiny", "autotune_st
           "benchmark_prompt_tokens": 100, "benchmark_max_tokens": 96}
 
 
-def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_with_it(tmp_path, node):
+def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_with_it(tmp_path, node, awx_job):
     settings = dict(TUNING, autotune_report_dir=str(tmp_path / "reports"))
     unit_before = node.file(UNIT).content_string
-    output = playbook("autotune.yml", "--check", "-e", json.dumps(settings))
+    output = playbook(awx_job, "autotune.yml", settings, check=True).stdout
     assert "check mode: no trial runs" in output
     assert node.file(UNIT).content_string == unit_before and not node.file(FACT).exists
     assert not (tmp_path / "reports").exists()
 
-    output = playbook("autotune.yml", "-e", json.dumps(settings))
+    job = playbook(awx_job, "autotune.yml", settings)
+    output = job.stdout
     (run,) = (tmp_path / "reports").iterdir()
     tuning = json.loads((run / "trials.json").read_text())
     trials = tuning["trials"]
@@ -140,10 +140,12 @@ def test_the_tuner_keeps_a_value_on_the_node_and_leaves_the_instance_serving_wit
     assert "Written to: cap-node:%s" % FACT in report
     assert (run / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "trial 1: max_num_seqs 8: ok" in output
+    assert job.summary[-1] == "Reports: %s" % run, job.summary
+    assert any(line.startswith("  cap-node: ") and "task(s)" in line for line in job.summary), job.summary
 
     # site.yml keeps the tuned value: its serving stage changes nothing.
-    converge = playbook("site.yml", "-e", json.dumps({"llmops_only_stages": ["vllm_server"]}))
-    assert re.search(r"^cap-node\s+: ok=\d+\s+changed=0\s", converge, re.M), converge[-3000:]
+    converge = playbook(awx_job, "site.yml", {"llmops_only_stages": ["vllm_server"]})
+    assert converge.stats["changed"] == {}, converge.stdout[-3000:]
     assert max_num_seqs(node) == chosen
 
 

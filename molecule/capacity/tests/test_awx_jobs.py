@@ -1,0 +1,76 @@
+"""AWX's jobs against the converged node, run the way AWX runs them (ansible-runner: a private data directory, no
+terminal; the awx_job fixture): deploy, preflight, facts and diagnose for real, rolling upgrade and revoke in check
+mode. Each reads the runner's artifacts (status, rc, job events) and the closing summary. The benchmark and the tuner
+run as AWX jobs too (test_capacity.py).
+
+This file runs before test_capacity.py: the deploy finds the node as converge left it.
+"""
+
+import json
+
+
+def _ok(job):
+    assert job.status == "successful" and job.rc == 0, job.stdout[-6000:]
+    assert not job.events_of("runner_on_failed") and not job.events_of("runner_on_unreachable")
+    assert job.summary[0] == "JOB SUMMARY" and "Nothing refused or failed." in job.summary, job.summary
+
+
+def test_the_deploy_job_changes_nothing_on_a_converged_node(awx_job):
+    job = awx_job("site.yml")
+    _ok(job)
+    stats = job.stats
+    assert stats["changed"] == {} and stats["ok"]["cap-node"] > 0 and stats["failures"] == {}, stats
+    assert job.summary[1] == "Nothing changed.", job.summary
+    # The run's own closing summary play (playbooks/summary.yml) and the recap come before it.
+    assert job.stdout.index("PLAY RECAP") < job.stdout.index("JOB SUMMARY")
+
+
+def test_the_preflight_job_reads_only(awx_job):
+    job = awx_job("playbooks/preflight.yml")
+    _ok(job)
+    assert job.stats["changed"] == {} and job.summary[1] == "Nothing changed."
+
+
+def test_the_facts_job_keeps_its_reports_in_the_jobs_artifacts(awx_job):
+    job = awx_job("playbooks/facts.yml")
+    _ok(job)
+    reports = job.artifacts / "reports" / "topology"
+    assert (reports / "cap-node.md").read_text().startswith("#") and (reports / "cap-node.svg").is_file()
+    # Named as the job's artifacts (set_stats, which AWX keeps) and in the summary.
+    assert job.stats["artifact_data"]["llmops_reports"] == [str(reports)]
+    assert job.summary[-1] == "Reports: %s" % reports
+
+
+def test_the_diagnose_job_writes_a_report_per_node(awx_job):
+    job = awx_job("playbooks/diagnose.yml", {"diagnose_since": "-1h"})
+    _ok(job)
+    report = json.loads((job.artifacts / "reports" / "diagnose" / "cap-node.json").read_text())
+    assert report["host"] == "cap-node" and report["lines_scanned"] > 0
+    assert job.summary[-1] == "Reports: %s" % (job.artifacts / "reports" / "diagnose")
+
+
+def test_the_rolling_upgrade_job_in_check_mode(awx_job):
+    job = awx_job("playbooks/rolling_upgrade.yml", {"rolling_upgrade_drain_timeout": 10}, cmdline="--check")
+    _ok(job)
+    # The node would leave the pool for its upgrade; the rest of it is as converged.
+    assert job.summary[1:3] == ["What would change (check mode):", "  cap-node: 2 task(s): Drain the node (its "
+                                "/health answers 503), Close the node's idle client connections"], job.summary
+
+
+def test_the_revoke_job_in_check_mode_refuses_nothing_and_revokes_nothing(awx_job):
+    job = awx_job("playbooks/revoke.yml", {"revoke_name": "benchmark"}, cmdline="--check")
+    _ok(job)
+    assert job.summary[1] == "What would change (check mode):", job.summary
+    changes = next(line for line in job.summary if line.startswith("  cap-node: "))
+    assert "pki : Sign the CRL with the CA on the controller" in changes and "edge :" not in changes, job.summary
+
+
+def test_a_refused_job_fails_and_says_why(awx_job):
+    """A job whose input the playbook refuses: failed in the runner's status, the reason in the summary."""
+    job = awx_job("playbooks/revoke.yml")
+    assert job.status == "failed" and job.rc == 2
+    (refused,) = job.events_of("runner_on_failed")
+    assert refused["event_data"]["task"] == "Refuse a run that names no certificate, or more than one"
+    assert job.summary[1:3] == ["Nothing changed.", "Refused or failed:"]
+    assert job.summary[3].startswith("  localhost: Refuse a run that names no certificate, or more than one: "
+                                     "revoke.yml: no certificate is named. Fix: pass exactly one of"), job.summary
