@@ -8,8 +8,11 @@ AWX's survey schema, names a variable the collection reads, and every template a
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -88,3 +91,12 @@ def test_each_workflow_chains_templates_that_exist():
         assert workflow['steps'] and set(workflow['steps']) <= names, workflow
     (smoke,) = [t for t in TEMPLATES if t['name'] == 'llmops: smoke test']
     assert smoke['extra_vars']['benchmark_fail_on_errors'] is True
+
+
+def test_the_job_templates_playbook_passes_syntax_check():
+    """With the awx.awx collection of the ansible package, as the project's ansible.cfg finds it."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'))
+    result = subprocess.run([str(pathlib.Path(sys.executable).parent / 'ansible-playbook'), '--syntax-check',
+                             'awx/controller.yml'], cwd=REPO, env=env, capture_output=True, text=True, check=False,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
