@@ -21,10 +21,13 @@ description:
   - The reports are those the playbooks name with C(ansible.builtin.set_stats) under C(llmops_reports); AWX also
     keeps that list as the job's artifacts.
   - This project's C(ansible.cfg) enables it; elsewhere, add C(llmops.vllm.job_summary) to C(callbacks_enabled).
+  - It stays silent when the stdout callback writes JSON (C(json), C(ansible.posix.json), C(ansible.posix.jsonl)),
+    whose output a program reads.
 requirements:
   - enabled in C(callbacks_enabled) (C(ANSIBLE_CALLBACKS_ENABLED))
 '''
 
+from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
@@ -75,6 +78,9 @@ class CallbackModule(CallbackBase):
         self._summary.unreachable_host(_part(result, 'host').get_name(), _part(result, 'result'))
 
     def v2_playbook_on_stats(self, stats):
+        stdout = str(C.config.get_config_value('DEFAULT_STDOUT_CALLBACK') or '')
+        if stdout.split('.')[-1] in ('json', 'jsonl'):
+            return
         reports = []
         for stat in (getattr(stats, 'custom', None) or {}).values():
             found = stat.get(REPORTS_STAT) if isinstance(stat, dict) else None

@@ -8,6 +8,7 @@ and was rescued, what was refused and why, and the reports named by set_stats, a
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -60,15 +61,18 @@ PLAY = textwrap.dedent('''\
     ''')
 
 
-def _run(tmp_path, *args):
+def _run(tmp_path, *args, **env_vars):
     (tmp_path / 'play.yml').write_text(PLAY)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'), ANSIBLE_CALLBACKS_ENABLED='llmops.vllm.job_summary')
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'), ANSIBLE_CALLBACKS_ENABLED='llmops.vllm.job_summary',
+               **env_vars)
     result = subprocess.run([str(BIN / 'ansible-playbook'), '-i', 'one,two,', str(tmp_path / 'play.yml'),
                              '-e', 'ansible_python_interpreter=%s' % sys.executable, *args],
                             cwd=REPO, env=env, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     assert result.returncode == 2, result.stdout + result.stderr
     out = result.stdout
+    if env_vars:
+        return out
     assert out.index('PLAY RECAP') < out.index('JOB SUMMARY'), out
     return out[out.index('JOB SUMMARY'):].splitlines()
 
@@ -87,3 +91,9 @@ def test_the_summary_says_what_changed_what_was_refused_and_where_the_reports_we
 def test_in_check_mode_it_says_what_would_change(tmp_path):
     summary = _run(tmp_path, '--check')
     assert summary[1:3] == ['What would change (check mode):', '  one: 1 task(s): Change something']
+
+
+def test_it_keeps_out_of_json_output(tmp_path):
+    """A program reads the json callbacks' output: the summary would break it."""
+    out = _run(tmp_path, ANSIBLE_STDOUT_CALLBACK='ansible.posix.json')
+    assert 'JOB SUMMARY' not in out and json.loads(out[out.index('{'):])['stats']['one']['changed'] == 1
