@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filter that places vLLM instances on a host's GPUs, CPUs and NUMA nodes.
+"""Filters that place vLLM instances on a host's GPUs, CPUs and NUMA nodes (vllm_placement), and check an instance
+that spans hosts across them (vllm_span_check).
 
-Documentation: vllm_placement.yml next to this file.
+Documentation: vllm_placement.yml and vllm_span_check.yml next to this file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import vllm_placement as _placement
+from ansible_collections.llmops.vllm.plugins.module_utils._placement_span import span_check
 
 
 def vllm_placement(instances, gpu, numa, reserved_cpus=None, host=None):
@@ -26,10 +28,21 @@ def vllm_placement(instances, gpu, numa, reserved_cpus=None, host=None):
         raise AnsibleFilterError(str(e)) from e
 
 
+def vllm_span_check(members, name):
+    """The hosts of an instance that spans hosts, in node-rank order, once they agree; see vllm_span_check.yml."""
+    if not isinstance(members, dict) or not all(isinstance(m, dict) for m in members.values()):
+        raise AnsibleFilterError("vllm_span_check: expected {host: {item, gpu, gpu_indices}} for instance %s" % name)
+    try:
+        return span_check(name, members)
+    except PlacementError as e:
+        raise AnsibleFilterError(str(e)) from e
+
+
 class FilterModule(object):
     """llmops.vllm placement filter."""
 
     def filters(self):
         return {
             "vllm_placement": vllm_placement,
+            "vllm_span_check": vllm_span_check,
         }

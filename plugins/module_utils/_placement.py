@@ -40,6 +40,10 @@ cores. Each rank's range lies in one NUMA node, because vLLM binds a rank's memo
 CPU. A rank's OpenMP threads get one CPU per physical core of its range (the cores of the numa fact), less
 the last core, left to vLLM's scheduler and API server.
 
+An instance with span (over several hosts, _placement_span) is placed like any other, with this host's share of
+its ranks; its tensor_parallel_size and pipeline_parallel_size stay the instance's own in the output (vLLM's flags),
+and the output's span says the host's node rank and share.
+
 Explicit gpus/cpus are honoured after checks. Every refusal raises PlacementError with one message that
 names the host, the instance, what it asked for, what is free and a fix.
 """
@@ -510,7 +514,7 @@ def _omp_threads(host, ranges):
 
 
 def _place(host, inst):
-    warnings = []
+    warnings = list(inst.span_warnings)
     if inst.device == "cuda":
         if not host.gpu_available or not host.gpus:
             _no_gpu_host(inst)
@@ -537,8 +541,8 @@ def _place(host, inst):
     return {
         "name": inst.name,
         "device": inst.device,
-        "tensor_parallel_size": inst.tp,
-        "pipeline_parallel_size": inst.pp,
+        "tensor_parallel_size": inst.global_tp,
+        "pipeline_parallel_size": inst.global_pp,
         "gpu_indices": list(gpus),
         "gpu_uuids": [None if u is None else str(u) for u in uuids],
         "cuda_visible_devices": ",".join(str(i if u is None else u) for i, u in zip(gpus, uuids)),
@@ -547,6 +551,8 @@ def _place(host, inst):
         "numa_nodes": nodes,
         "sockets": sorted(s for s in sockets if s is not None),
         "omp_threads_bind": omp_threads_bind,
+        "span": dict(inst.span, ranks=inst.ranks, tensor_parallel_size=inst.tp, pipeline_parallel_size=inst.pp)
+        if inst.span else None,
         "warnings": warnings,
     }
 
@@ -571,6 +577,7 @@ def vllm_placement(instances, gpu, numa, reserved_cpus=None, host=None):
                 % (label, reserved_cpus, e)
             ) from e
     state = Host(gpu, numa, reserved, label)
+    state.name = host
     if instances is None:
         instances = []
     if not isinstance(instances, (list, tuple)):

@@ -11,9 +11,10 @@
 Instance(host, item, position, names) checks what placement reads of an item: name (unique), device (cuda or
 cpu, default cuda), tensor_parallel_size and pipeline_parallel_size (positive integers, default 1; ranks is
 their product), cpus_per_instance (positive integer), allow_degraded_pcie (a boolean or its YAML spelling),
-gpus (GPU indexes or UUIDs) and cpus (a cpulist or CPU numbers, exclusive with cpus_per_instance). Other keys
-are ignored. The item is checked again here, after the roles' argument specs, because the filter can be
-called on any list. host is only used for its label in messages.
+gpus (GPU indexes or UUIDs), cpus (a cpulist or CPU numbers, exclusive with cpus_per_instance) and span (an
+instance over several hosts, _placement_span: tp, pp and ranks are then this host's share, and the instance's own
+are global_tp and global_pp). Other keys are ignored. The item is checked again here, after the roles' argument
+specs, because the filter can be called on any list. host gives its label to messages, and its name to span.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,6 +24,7 @@ __metaclass__ = type
 from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._cpulist import parse_cpulist
+from ansible_collections.llmops.vllm.plugins.module_utils._placement_span import local_shape, parse_span
 from ansible_collections.llmops.vllm.plugins.module_utils._placement_text import PlacementError, plural, type_name
 
 DEVICES = ("cuda", "cpu")
@@ -91,6 +93,11 @@ class Instance(object):
         self.tp = self._positive_int(item, "tensor_parallel_size", 1)
         self.pp = self._positive_int(item, "pipeline_parallel_size", 1)
         self.ranks = self.tp * self.pp
+        self.global_tp, self.global_pp = self.tp, self.pp
+        self.span = parse_span(self, item.get("span"), getattr(host, "name", None))
+        self.span_warnings = []
+        if self.span:
+            self.ranks, self.tp, self.pp, self.span_warnings = local_shape(self, self.span)
         self.cpus_per_instance = self._positive_int(item, "cpus_per_instance", None)
         self.allow_degraded = self._bool(item, "allow_degraded_pcie")
         self.gpus = self._gpu_refs(item.get("gpus"))
@@ -122,11 +129,10 @@ class Instance(object):
     def asks(self):
         """ "8 GPUs (tensor_parallel_size 4 x pipeline_parallel_size 2)", or ranks for a cpu instance."""
         what = "GPU" if self.device == "cuda" else "rank"
-        return "%s (tensor_parallel_size %d x pipeline_parallel_size %d)" % (
-            plural(self.ranks, what),
-            self.tp,
-            self.pp,
-        )
+        shape = "tensor_parallel_size %d x pipeline_parallel_size %d" % (self.global_tp, self.global_pp)
+        if self.span:
+            shape += " over %d hosts, %d here" % (self.span["nnodes"], self.ranks)
+        return "%s (%s)" % (plural(self.ranks, what), shape)
 
     def _positive_int(self, item, key, default):
         value = item.get(key)

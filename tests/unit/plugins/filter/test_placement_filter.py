@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Wiring of the llmops.vllm.vllm_placement filter (the decisions are tested in module_utils)."""
+"""Wiring of the llmops.vllm.vllm_placement and vllm_span_check filters (the decisions are tested in module_utils)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ DOCS = Path(inspect.getsourcefile(placement)).parent / "vllm_placement.yml"
 
 
 def test_filter_names():
-    assert sorted(FILTERS) == ["vllm_placement"]
+    assert sorted(FILTERS) == ["vllm_placement", "vllm_span_check"]
 
 
 def test_filter_passes_facts_and_keyword_arguments(facts):
@@ -78,3 +78,27 @@ def test_documented_return_keys_match_the_output(facts):
     gpu, numa = facts(KUNPENG920_8xA100)
     result = FILTERS["vllm_placement"]([{"name": "a"}], gpu, numa)
     assert list(docs["RETURN"]["_value"]["contains"]) == list(result[0])
+
+
+SPAN_DOCS = Path(inspect.getsourcefile(placement)).parent / "vllm_span_check.yml"
+
+
+def test_the_span_check_is_documented_as_called():
+    docs = yaml.safe_load(SPAN_DOCS.read_text())
+    assert docs["DOCUMENTATION"]["name"] == "vllm_span_check" and docs["DOCUMENTATION"]["positional"] == "_input, name"
+    parameters = list(inspect.signature(FILTERS["vllm_span_check"]).parameters)
+    assert ["_input"] + parameters[1:] == list(docs["DOCUMENTATION"]["options"])
+    yaml.safe_load(docs["EXAMPLES"])
+
+
+def test_the_span_check_raises_filter_errors(facts):
+    gpu, _numa = facts(KUNPENG920_8xA100)
+    item = {"name": "big", "tensor_parallel_size": 8, "span": {"hosts": ["a", "b"]}}
+    members = {"a": {"item": item, "gpu": gpu, "gpu_indices": [0, 1, 2, 3]},
+               "b": {"item": None, "gpu": gpu, "gpu_indices": []}}
+    with pytest.raises(AnsibleFilterError, match="instance big: spans a, b, but b does not list it"):
+        FILTERS["vllm_span_check"](members, "big")
+    members["b"] = dict(members["a"])
+    assert FILTERS["vllm_span_check"](members, "big") == ["a", "b"]
+    with pytest.raises(AnsibleFilterError, match="expected"):
+        FILTERS["vllm_span_check"](["a"], "big")

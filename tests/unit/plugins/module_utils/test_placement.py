@@ -406,6 +406,7 @@ def test_output_schema(facts):
             "numa_nodes",
             "sockets",
             "omp_threads_bind",
+            "span",
             "warnings",
         ]
     gpu_instance, cpu_instance = placements
@@ -422,6 +423,7 @@ def test_output_schema(facts):
         "numa_nodes": [0],
         "sockets": [0],
         "omp_threads_bind": None,
+        "span": None,
         "warnings": [],
     }
     assert cpu_instance == {
@@ -437,6 +439,7 @@ def test_output_schema(facts):
         "numa_nodes": [0, 1],
         "sockets": [0],
         "omp_threads_bind": "30|32",
+        "span": None,
         "warnings": [],
     }
 
