@@ -79,7 +79,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats):
         stdout = str(C.config.get_config_value('DEFAULT_STDOUT_CALLBACK') or '')
-        if stdout.split('.')[-1] in ('json', 'jsonl'):
+        if stdout.rsplit('.', maxsplit=1)[-1] in ('json', 'jsonl'):
             return
         reports = []
         for stat in (getattr(stats, 'custom', None) or {}).values():
