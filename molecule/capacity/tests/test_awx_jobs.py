@@ -1,12 +1,14 @@
 """AWX's jobs against the converged node, run the way AWX runs them (ansible-runner: a private data directory, no
-terminal; the awx_job fixture): deploy, preflight, facts and diagnose for real, rolling upgrade and revoke in check
-mode. Each reads the runner's artifacts (status, rc, job events) and the closing summary. The benchmark and the tuner
-run as AWX jobs too (test_capacity.py).
+terminal; the awx_job fixture): deploy, baseline, preflight, facts, diagnose and a model's seal for real; rolling
+upgrade, revoke and a game day's fault in check mode. Each reads the runner's artifacts (status, rc, job events) and
+the closing summary. The benchmark, its comparison and the tuner run as AWX jobs too (test_capacity.py).
 
 This file runs before test_capacity.py: the deploy finds the node as converge left it.
 """
 
 import json
+import os
+import subprocess
 
 
 def _ok(job):
@@ -23,6 +25,12 @@ def test_the_deploy_job_changes_nothing_on_a_converged_node(awx_job):
     assert job.summary[1] == "Nothing changed.", job.summary
     # The run's own closing summary play (playbooks/summary.yml) and the recap come before it.
     assert job.stdout.index("PLAY RECAP") < job.stdout.index("JOB SUMMARY")
+
+
+def test_the_baseline_job_changes_nothing_on_a_converged_node(awx_job):
+    job = awx_job("playbooks/baseline.yml")
+    _ok(job)
+    assert job.stats["changed"] == {} and job.summary[1] == "Nothing changed."
 
 
 def test_the_preflight_job_reads_only(awx_job):
@@ -74,3 +82,26 @@ def test_a_refused_job_fails_and_says_why(awx_job):
     assert job.summary[1:3] == ["Nothing changed.", "Refused or failed:"]
     assert job.summary[3].startswith("  localhost: Refuse a run that names no certificate, or more than one: "
                                      "revoke.yml: no certificate is named. Fix: pass exactly one of"), job.summary
+
+
+def test_a_game_days_fault_in_check_mode(awx_job):
+    job = awx_job("playbooks/edge_fault.yml", {"edge_fault_injection": {"share": 0.1, "status": 503}},
+                  cmdline="--check")
+    _ok(job)
+    assert job.summary[1] == "What would change (check mode):", job.summary
+    assert job.summary[2].startswith("  cap-node: ") and "Write the fault injection" in job.summary[2], job.summary
+
+
+def test_the_seal_job_seals_a_model_on_the_controller(awx_job, tmp_path):
+    """With the key's public half only (sealing needs no secret): what a job template with a survey would pass."""
+    keygen = subprocess.run(["age-keygen", "-o", str(tmp_path / "key")], capture_output=True, text=True, check=True)
+    recipient = keygen.stderr.split("Public key: ")[1].strip()
+    model = os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], ".cache", "models", "tiny-llama")
+    job = awx_job("playbooks/model_seal.yml", {"model_seal_src": model, "model_seal_dest": str(tmp_path / "sealed"),
+                                               "model_seal_recipient": recipient})
+    _ok(job)
+    manifest = json.loads((tmp_path / "sealed" / "llmops-sealed.json").read_text())
+    sealed = [f for f in manifest["files"] if f not in manifest["clear"]]
+    assert sealed and manifest["recipient"] == recipient
+    assert all((tmp_path / "sealed" / ("%s.age" % f)).is_file() for f in sealed)
+    assert job.summary[1:3] == ["What changed:", "  localhost: 1 task(s): Seal %s" % model], job.summary
