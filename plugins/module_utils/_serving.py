@@ -29,6 +29,11 @@ from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings imp
 from ansible_collections.llmops.vllm.plugins.module_utils._tuning import tuned_instance, tuning_inputs
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLINE_ENV, QUIET_ENV
 
+# How long vLLM's HTTP server (uvicorn) keeps an idle connection: far above the edge's upstream pool timeout (4 s,
+# roles/edge/vars), so that a busy edge never sends a request on a connection vLLM is closing. vLLM's own 5 s left
+# one second, and a starved nginx answered 502 to a benchmark request under two busy test lanes.
+KEEP_ALIVE_ENV = {'VLLM_HTTP_TIMEOUT_KEEP_ALIVE': '60'}
+
 # The instance-name rule: the name becomes the systemd unit vllm-<name>.service and the edge's /instances/<name>.
 INSTANCE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
 # A model key's name: it names the credential file /etc/llmops/credentials/model-<name>.cred.
@@ -348,6 +353,7 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
     # HOME too: under ProtectSystem=strict the cache directory is the only place the instance may write.
     env = {'VLLM_CACHE_ROOT': cache_dir, 'TMPDIR': cache_dir + '/tmp', 'HOME': cache_dir}
     env.update(QUIET_ENV)
+    env.update(KEEP_ALIVE_ENV)
     if local:
         env.update(OFFLINE_ENV)
     if placement['device'] == 'cuda':

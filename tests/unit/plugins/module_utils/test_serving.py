@@ -67,6 +67,8 @@ def test_two_pinned_cpu_instances_on_the_lab_host(facts):
     assert alpha['environment']['VLLM_CPU_OMP_THREADS_BIND'] == '0'
     assert beta['environment']['VLLM_CPU_OMP_THREADS_BIND'] == '1'
     assert alpha['environment']['HF_HUB_OFFLINE'] == '1' and alpha['environment']['TMPDIR'].endswith('/alpha/tmp')
+    # vLLM keeps idle connections far longer than the edge's pool (4 s): the edge never reuses one vLLM closed.
+    assert alpha['environment']['VLLM_HTTP_TIMEOUT_KEEP_ALIVE'] == '60'
     # One NUMA node: nothing to bind.
     assert alpha['numa_mask'] is None
     assert alpha['timeout_stop_sec'] == 60
