@@ -31,7 +31,8 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import REPORTS_STAT, JobSummary
+from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import JobSummary
+from ansible_collections.llmops.vllm.plugins.module_utils._reports import REPORTS_STAT
 
 
 def _part(result, name):

@@ -43,7 +43,7 @@ import os
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import report_root
+from ansible_collections.llmops.vllm.plugins.module_utils._reports import report_root
 
 
 class LookupModule(LookupBase):

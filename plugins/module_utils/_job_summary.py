@@ -4,36 +4,17 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """A run's closing summary, as an AWX user reads it at the end of the job output: what changed on each host, what
-was refused or failed and why, which hosts were unreachable, and where the reports went. Where reports go on the
-controller: report_root.
+was refused or failed and why, which hosts were unreachable, and where the reports went (_reports).
 
-The callback llmops.vllm.job_summary feeds JobSummary; the lookup llmops.vllm.report_dir calls report_root.
+The callback llmops.vllm.job_summary feeds JobSummary.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import os
-
 # Tasks listed per host before the rest is counted; characters of a failure's message kept.
 MAX_TASKS = 12
 MAX_MESSAGE = 600
-# The set_stats key under which playbooks name the reports they wrote.
-REPORTS_STAT = 'llmops_reports'
-
-
-def report_root(environ):
-    """Where playbooks write their reports on the controller.
-
-    LLMOPS_REPORT_DIR when set; else, under ansible-runner (AWX's jobs, ansible-navigator), the job's artifact
-    directory, which the runner keeps and AWX brings back from the execution node; else reports/ under the working
-    directory.
-    """
-    if environ.get('LLMOPS_REPORT_DIR'):
-        return environ['LLMOPS_REPORT_DIR'].rstrip('/') or '/'
-    if environ.get('AWX_ISOLATED_DATA_DIR'):
-        return os.path.join(environ['AWX_ISOLATED_DATA_DIR'], 'reports')
-    return 'reports'
 
 
 def one_line(text, limit=MAX_MESSAGE):

@@ -5,15 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import (
-    MAX_TASKS, JobSummary, failure_message, report_root)
-
-
-def test_the_report_root_is_the_variable_else_the_runners_artifacts_else_reports():
-    assert report_root({'LLMOPS_REPORT_DIR': '/srv/reports/', 'AWX_ISOLATED_DATA_DIR': '/runner/artifacts/1'}) \
-        == '/srv/reports'
-    assert report_root({'AWX_ISOLATED_DATA_DIR': '/runner/artifacts/1'}) == '/runner/artifacts/1/reports'
-    assert report_root({'LLMOPS_REPORT_DIR': ''}) == 'reports'
+from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import MAX_TASKS, JobSummary, failure_message
 
 
 def test_a_failure_says_its_message_else_its_stderr_else_its_failed_items():
