@@ -20,8 +20,9 @@ bootstrap: ## Install system packages and the pinned .venv when missing
 image: bootstrap ## Build the lab base image when its recipe changed
 	@lab/image/build.sh >/dev/null
 
-wheelhouse: bootstrap ## Download the lab's vLLM CPU wheels when their recipe changed
+wheelhouse: bootstrap ## Download the lab's vLLM CPU wheels and Ray's when their recipes changed
 	@lab/wheelhouse/build.sh
+	@lab/wheelhouse/ray.sh
 
 model: wheelhouse ## Build the tiny offline test model when its recipe changed
 	@lab/model/build.sh

@@ -49,7 +49,7 @@ LAB_GATES = ("integration", "molecule")
 ALONE = ("molecule/lvs",)
 # Seconds assumed for a gate that has no previous run (measured on a 2-CPU machine), to order the first one.
 GUESS = {"molecule/install": 1000, "molecule/edge": 800, "molecule/lvs": 1500, "molecule/serving": 600,
-         "molecule/monitoring": 300, "molecule/capacity": 330,
+         "molecule/monitoring": 300, "molecule/capacity": 330, "molecule/multinode": 480,
          "molecule": 300, "integration": 400, "aarch64": 200, "sanity": 140}
 
 

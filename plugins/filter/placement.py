@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Filters that place vLLM instances on a host's GPUs, CPUs and NUMA nodes (vllm_placement), and check an instance
-that spans hosts across them (vllm_span_check).
+that spans hosts across them (vllm_span_check, over vllm_span_members).
 
 Documentation: vllm_placement.yml and vllm_span_check.yml next to this file.
 """
@@ -28,6 +28,23 @@ def vllm_placement(instances, gpu, numa, reserved_cpus=None, host=None):
         raise AnsibleFilterError(str(e)) from e
 
 
+def vllm_span_members(hosts, name, hostvars):
+    """{host: {item, gpu, gpu_indices}} of instance `name` on `hosts`, from hostvars; see vllm_span_members.yml."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("vllm_span_members: expected the list of span.hosts of instance %s" % name)
+    members = {}
+    for host in hosts:
+        values = hostvars.get(host, {})
+        items = [i for i in values.get("vllm_instances") or [] if isinstance(i, dict) and i.get("name") == name]
+        placed = [p for p in values.get("vllm_server_placement") or [] if p.get("name") == name]
+        members[host] = {
+            "item": items[0] if items else None,
+            "gpu": (values.get("ansible_facts") or {}).get("gpu") or {},
+            "gpu_indices": list(placed[0]["gpu_indices"]) if placed else [],
+        }
+    return members
+
+
 def vllm_span_check(members, name):
     """The hosts of an instance that spans hosts, in node-rank order, once they agree; see vllm_span_check.yml."""
     if not isinstance(members, dict) or not all(isinstance(m, dict) for m in members.values()):
@@ -45,4 +62,5 @@ class FilterModule(object):
         return {
             "vllm_placement": vllm_placement,
             "vllm_span_check": vllm_span_check,
+            "vllm_span_members": vllm_span_members,
         }

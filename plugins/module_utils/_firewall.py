@@ -177,6 +177,12 @@ def firewall_plan(node, settings, peers, host=None, director=None):
     if serves_on_gpu(node) and int(settings.get('dcgm_exporter_port') or 0) > 0:
         rules.append({'name': 'dcgm_exporter', 'protocol': 'tcp', 'ports': [int(settings['dcgm_exporter_port'])],
                       'sources': monitoring, 'destinations': None})
+    # The ranks of instances that span hosts reach each other on fixed ports and, for gloo, NCCL and vLLM's message
+    # queues, on ports the kernel picks: both, from the other ranks only.
+    for rank in node.get('ranks') or []:
+        rules.append({'name': 'span-%s' % rank['instance'], 'protocol': 'tcp',
+                      'ports': [int(p) for p in rank['ports']] + [rank['ephemeral_ports']],
+                      'sources': _split(rank['peers'], 'the node summary (ranks)', host, errors), 'destinations': None})
 
     taken = {rule['name'] for rule in rules}
     for extra in settings.get('extra_rules') or []:

@@ -76,6 +76,8 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
         'drain_file': settings.get('drain_file'),
         'models': [m['name'] for m in edge_plan['models']],
         'instances': instances,
+        # This host's part of instances that span hosts: the firewall opens their ports between the peers.
+        'ranks': [dict(rank) for rank in serving_plan.get('ranks') or []],
         'audit_log': settings.get('audit_log'),
         'tls': dict(edge_plan['tls']),
     }

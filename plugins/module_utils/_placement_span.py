@@ -71,8 +71,11 @@ def parse_span(inst, value, host_name):
     port = value.get("port", DEFAULT_PORT)
     if isinstance(port, str) and port.strip().isdigit():
         port = int(port)
-    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
-        inst.fail("span.port must be a port from 1024 to 65535, got %r." % (port,), "set span.port, e.g. 29500.")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65534:
+        inst.fail(
+            "span.port must be a port from 1024 to 65534 (the rank guard takes the next one), got %r." % (port,),
+            "set span.port, e.g. 29500.",
+        )
     backend = value.get("backend", "launcher")
     if backend not in BACKENDS:
         inst.fail(

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
 from ansible_collections.llmops.vllm.plugins.module_utils import _sealing
+from ansible_collections.llmops.vllm.plugins.module_utils._serving_span import span_part
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
 from ansible_collections.llmops.vllm.plugins.module_utils._tuning import tuned_instance, tuning_inputs
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLINE_ENV, QUIET_ENV
@@ -53,7 +54,7 @@ _PRECISION_DTYPE = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 _WEIGHT_PRECISIONS = ('int8', 'int4', 'fp8', 'fp16', 'bf16', 'fp32')
 FP8_MIN_CAPABILITY = (8, 9)
 _RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'VLLM_CPU_OMP_THREADS_BIND', 'VLLM_CACHE_ROOT',
-                 'TMPDIR', 'HOME')
+                 'TMPDIR', 'HOME', 'VLLM_HOST_IP', 'GLOO_SOCKET_IFNAME', 'RAY_ADDRESS')
 
 
 class ServingPlanError(ValueError):
@@ -233,7 +234,10 @@ def _sealed(host, name, item, found, probes, settings):
 
 
 def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host=None, placements=None, tuning=None):
-    """Return {'instances': [...], 'units': [names], 'warnings': [...]} for the host, or raise ServingPlanError.
+    """Return {'instances', 'headless', 'ranks', 'units', 'warnings'} for the host, or raise ServingPlanError.
+
+    instances are what the host serves; headless, the ranks of spanning instances that run vLLM here without an API
+    server; ranks, this host's part of each spanning instance (_serving_span.py); units, every vLLM unit of the host.
 
     instances: vllm_instances. gpu, numa: facts of gpu_facts and numa_facts. placements: vllm_placement()'s
     result for these instances and facts (placed here when None).
@@ -245,7 +249,8 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
     on the host also carries 'sealed' (its manifest or None) and 'sealed_error'.
     settings: port_range [low, high], reserved_cpus, hub_access, cache_dir, default_shutdown_timeout,
     nccl_socket_ifname, nccl_env, model_keys {key name: age recipient} (never the secret), credential_dir,
-    systemd_version (None when unknown).
+    systemd_version (None when unknown); for instances that span hosts, rank_interface (this host's interface for
+    the ranks) and span_addresses ({host: its address on its rank interface}).
     tuning: {'tuned': the vllm_tuning local fact, 'trial': {instance name: a candidate max_num_seqs}} (_tuning.py).
     """
     settings, probes = dict(settings or {}), dict(probes or {})
@@ -318,30 +323,44 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         if clash:
             _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),
                   'drop them from env; pin with cpus/gpus instead')
+        span = span_part(lambda what, fix, n=name: _fail(label, n, what, fix), host, name, placement, settings)
         plan = _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
-                              max_model_len, port, local, label, sealed)
+                              max_model_len, port, local, label, sealed, span)
         plan['precision'] = precision_label(dtype, quantization, config)
         plan['max_num_seqs'] = item.get('max_num_seqs')
         plan['tuning'] = tuning_info
         plans.append(plan)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
     warnings += tuning_warnings
-    return {'instances': plans, 'units': [p['unit'] for p in plans], 'warnings': warnings}
+    return {
+        # What this host serves (an API server each): the edge, the node summary and the later tiers read these.
+        'instances': [p for p in plans if p['serves']],
+        # The ranks of spanning instances that run vLLM headless here: a unit each, no API server.
+        'headless': [p for p in plans if p['runs_vllm'] and not p['serves']],
+        # This host's part of every spanning instance (_serving_span.py).
+        'ranks': [p['rank'] for p in plans if p['rank']],
+        'units': [p['unit'] for p in plans if p['runs_vllm']],
+        'warnings': warnings,
+    }
 
 
 def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
-                   local, label, sealed=None):
+                   local, label, sealed=None, span=None):
     name = placement['name']
+    span = span or {'argv': [], 'env': {}, 'serves': True, 'runs_vllm': True, 'guard': [], 'after': [], 'rank': None}
     served = item.get('served_model_name') or name
     cache_dir = '%s/%s' % (settings.get('cache_dir') or '/var/cache/vllm/instances', name)
     # A sealed model is served from the plaintext its unit opens (_sealing.py).
     model = sealed['plain'] if sealed else item['model']
-    argv = ['%s/bin/vllm' % install['venv'], 'serve', model, '--host', LOOPBACK, '--port', str(port),
-            '--served-model-name', served, '--dtype', dtype]
+    argv = ['%s/bin/vllm' % install['venv'], 'serve', model]
+    if span['serves']:
+        argv += ['--host', LOOPBACK, '--port', str(port)]
+    argv += ['--served-model-name', served, '--dtype', dtype]
     if placement['tensor_parallel_size'] > 1:
         argv += ['--tensor-parallel-size', str(placement['tensor_parallel_size'])]
     if placement['pipeline_parallel_size'] > 1:
         argv += ['--pipeline-parallel-size', str(placement['pipeline_parallel_size'])]
+    argv += span['argv']
     for key in ('max_num_seqs', 'max_num_batched_tokens'):
         value = _int(label, name, item, key)
         if value:
@@ -387,11 +406,13 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
     else:
         shutdown = 0
     argv += [str(a) for a in item.get('extra_args') or []]
+    env.update(span['env'])
     env.update(dict((k, str(v)) for k, v in (item.get('env') or {}).items()))
     command = argv
     if sealed:
         command = sealed['opener'] + ['--instance', name, '--key', sealed['key'], '--sealed', item['model'],
                                       '--into', sealed['plain'], '--'] + argv
+    command = span['guard'] + command
     return {
         'name': name,
         'unit': 'vllm-%s.service' % name,
@@ -412,4 +433,8 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         'cache_dir': cache_dir,
         'timeout_stop_sec': shutdown + 30,
         'placement': placement,
+        'serves': span['serves'],
+        'runs_vllm': span['runs_vllm'],
+        'after': span['after'],
+        'rank': span['rank'],
     }

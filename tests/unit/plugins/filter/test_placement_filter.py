@@ -24,7 +24,7 @@ DOCS = Path(inspect.getsourcefile(placement)).parent / "vllm_placement.yml"
 
 
 def test_filter_names():
-    assert sorted(FILTERS) == ["vllm_placement", "vllm_span_check"]
+    assert sorted(FILTERS) == ["vllm_placement", "vllm_span_check", "vllm_span_members"]
 
 
 def test_filter_passes_facts_and_keyword_arguments(facts):

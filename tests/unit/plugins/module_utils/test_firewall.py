@@ -141,3 +141,11 @@ def test_a_single_director_without_vrrp_opens_only_its_service():
 def test_a_host_that_is_node_and_director_gets_both():
     result = firewall_plan(NODE, SETTINGS, PEERS, director=DIRECTOR)
     assert [r['name'] for r in result['rules']] == ['ssh', 'edge', 'lvs_service', 'vrrp', 'ipvs_sync', 'node_exporter']
+
+
+def test_the_ranks_of_a_spanning_instance_reach_each_other_and_only_them():
+    rank = {'instance': 'big', 'peers': ['10.20.0.12'], 'ports': [29500, 29501], 'ephemeral_ports': '32768-60999'}
+    result = plan(node={'ranks': [rank]})
+    assert result['errors'] == []
+    assert statements(result)['span-big'] == [
+        'ip saddr 10.20.0.12 tcp dport { 29500, 29501, 32768-60999 } counter accept comment "span-big"']

@@ -1,0 +1,1 @@
+../../serving/library/fixture_facts.py
