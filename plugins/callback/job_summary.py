@@ -63,7 +63,11 @@ class CallbackModule(CallbackBase):
 
     def _name(self, result):
         task = _part(result, 'task')
-        return task.get_name(include_role_fqcn=False) or task.action
+        try:
+            name = task.get_name(include_role_fqcn=False)
+        except TypeError:  # include_role's get_name() takes no argument
+            name = task.get_name()
+        return name or task.action
 
     def v2_runner_on_ok(self, result):
         self._summary.ok(_part(result, 'host').get_name(), self._name(result),

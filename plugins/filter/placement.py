@@ -34,7 +34,10 @@ def vllm_span_members(hosts, name, hostvars):
         raise AnsibleFilterError("vllm_span_members: expected the list of span.hosts of instance %s" % name)
     members = {}
     for host in hosts:
-        values = hostvars.get(host, {})
+        # Not hostvars.get(): for a host outside the inventory it gives an undefined, not the default.
+        values = {}
+        if host in hostvars:
+            values = hostvars[host]
         items = [i for i in values.get("vllm_instances") or [] if isinstance(i, dict) and i.get("name") == name]
         placed = [p for p in values.get("vllm_server_placement") or [] if p.get("name") == name]
         members[host] = {

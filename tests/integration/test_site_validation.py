@@ -111,6 +111,28 @@ def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path
     assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
 
 
+def test_a_span_over_a_host_that_does_not_list_the_instance_is_refused_before_any_unit(lab_host, tmp_path):
+    """An instance that spans this host and one that does not list it: the preflight's check across the hosts
+    refuses it, naming the instance, the host and the fix, before any unit or install."""
+    wheelhouse = wheelhouse_of_0_32_0(tmp_path)
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\nvllm_instances:\n"
+        "  - {name: big, model: /usr, port: 8101, device: cpu, pipeline_parallel_size: 2,\n"
+        "     span: {hosts: [%s, gpu-node99]}}\n" % (wheelhouse, lab_host),
+    )
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert "instance big: spans gpu-node99, %s, but gpu-node99 does not list it in vllm_instances" % lab_host in output
+    assert "Fix: define the instance once, in the group_vars of a group that holds all its hosts" in output
+    assert podman("exec", lab_host, "sh", "-c", "ls /etc/systemd/system/vllm-*", check=False).returncode != 0
+    assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
+
+
 @pytest.mark.parametrize(
     "extra_vars, message",
     [

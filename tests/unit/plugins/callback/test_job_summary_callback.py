@@ -47,6 +47,11 @@ PLAY = textwrap.dedent('''\
               ansible.builtin.debug:
                 msg: put back
 
+        - name: Include a role in a loop (its result reaches the callback as an include_role task)
+          ansible.builtin.include_role:
+            name: "{{ item }}"
+          loop: [quiet]
+
         - name: Ignore a failure
           ansible.builtin.fail:
             msg: not worth a line
@@ -63,6 +68,8 @@ PLAY = textwrap.dedent('''\
 
 def _run(tmp_path, *args, **env_vars):
     (tmp_path / 'play.yml').write_text(PLAY)
+    (tmp_path / 'roles' / 'quiet' / 'tasks').mkdir(parents=True)
+    (tmp_path / 'roles' / 'quiet' / 'tasks' / 'main.yml').write_text('- ansible.builtin.meta: noop\n')
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'), ANSIBLE_CALLBACKS_ENABLED='llmops.vllm.job_summary',
                **env_vars)
@@ -70,6 +77,7 @@ def _run(tmp_path, *args, **env_vars):
                              '-e', 'ansible_python_interpreter=%s' % sys.executable, *args],
                             cwd=REPO, env=env, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     assert result.returncode == 2, result.stdout + result.stderr
+    assert 'Callback dispatch' not in result.stderr, result.stderr
     out = result.stdout
     if env_vars:
         return out
