@@ -318,6 +318,13 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
             _fail(label, name, 'device cuda, but the installed vLLM (%s) is a CPU build' % install.get('package'),
                   'install vLLM for cuda on this host (vllm_install_device: cuda), or set device: cpu')
         dtype, quantization = _precision(label, name, item, placement, gpu, config)
+        if placement['device'] == 'cpu' and placement['pipeline_parallel_size'] > 1 \
+                and '--enforce-eager' in [str(a) for a in item.get('extra_args') or []]:
+            _fail(label, name, 'pipeline_parallel_size %d with --enforce-eager on CPU: vLLM 0.32\'s CPU worker then '
+                  'skips its warm-up, the later stages never allocate their receive buffer, and the first request '
+                  'fails (HTTP 500, "assert self.intermediate_tensors is not None")'
+                  % placement['pipeline_parallel_size'],
+                  'replace --enforce-eager with --compilation-config \'{"mode":2,"backend":"eager"}\'')
         env = dict(item.get('env') or {})
         clash = sorted(set(env) & set(_RESERVED_ENV))
         if clash:

@@ -117,3 +117,16 @@ def test_refusals_name_host_instance_and_fix(facts, item, settings, fragments):
     assert message.startswith('host gpu-node01, instance big: ') and 'Fix: ' in message, message
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_pipeline_parallelism_with_enforce_eager_on_cpu_is_refused(facts):
+    """vLLM 0.32 on CPU: PP with --enforce-eager fails at the first request; the preflight says so, with the fix."""
+    item = big(tp=1, pp=2, device='cpu', cpus='1', extra_args=['--enforce-eager'])
+    with pytest.raises(ServingPlanError) as error:
+        plan_of(facts, 'gpu-node01', [item], topo=LAB_2CORE_CPU_ONLY, install=CPU_INSTALL)
+    assert 'pipeline_parallel_size 2 with --enforce-eager on CPU' in str(error.value)
+    fix = """Fix: replace --enforce-eager with --compilation-config '{"mode":2,"backend":"eager"}'"""
+    assert fix in str(error.value)
+    item['extra_args'] = ['--compilation-config', '{"mode":2,"backend":"eager"}']
+    (unit,) = plan_of(facts, 'gpu-node01', [item], topo=LAB_2CORE_CPU_ONLY, install=CPU_INSTALL)['instances']
+    assert unit['argv'][-2:] == item['extra_args']
