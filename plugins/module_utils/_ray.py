@@ -10,7 +10,8 @@
 --address HEAD:PORT` on the others, each in the foreground of the unit ray.service.
 
 A host that holds ranks of a vLLM instance with span.backend ray (its serving plan's ranks) takes the cluster's
-head, port, address and GPUs from them: the serving plan decided them, this plan only follows. Other hosts (a
+head, port, its own and the head's addresses and its GPUs from them: the serving plan decided them, this plan only
+follows. Other hosts (a
 cluster for other work, or the CPU lab) name the head and port in the role's settings. Every port Ray listens on
 is fixed here, so that the firewall can open exactly them; the object store is capped; the dashboard is off
 unless asked for, and then listens on loopback only (the edge's business).
@@ -19,6 +20,7 @@ unless asked for, and then listens on loopback only (the edge's business).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.llmops.vllm.plugins.module_utils._serving import systemd_quote
 from ansible_collections.llmops.vllm.plugins.module_utils._serving_span import RAY_UNIT
 
 # Ray's own minimum for the object store.
@@ -42,7 +44,8 @@ def _positive_int(host, key, value, minimum=0):
 
 
 def ray_plan(settings, ranks=None, host=None):
-    """Return the host's Ray node: {role, head, head_address, address, port, ports, argv, environment, cpus, unit}.
+    """Return the host's Ray node: {role, head, head_address, address, port, ports, worker_ports, argv, exec_start,
+    environment, cpus, unit, instances}.
 
     settings: head (the head's inventory host), port (GCS), addresses ({host: its address on the Ray interface}),
     venv, temp_dir, num_cpus (0: cpu_count), cpu_count, num_gpus, object_store_bytes, dashboard (bool),
@@ -62,6 +65,8 @@ def ray_plan(settings, ranks=None, host=None):
         _fail(label, 'no head is named', 'set ray_cluster_head to the inventory host that runs the Ray head')
     _positive_int(label, 'ray_cluster_port', port, 1024)
     addresses = dict(settings.get('addresses') or {})
+    if ray_ranks:
+        addresses.update({label: ray_ranks[0]['address'], head: ray_ranks[0]['master_addr']})
     for name in (head, label):
         if not addresses.get(name):
             _fail(label, 'the Ray address of %s is unknown (not in this run, or no IPv4 address on its interface)'
@@ -115,6 +120,7 @@ def ray_plan(settings, ranks=None, host=None):
         'ports': ([port] if role == 'head' else []) + listening,
         'worker_ports': '%d-%d' % (ports['min_worker'], ports['max_worker']),
         'argv': argv,
+        'exec_start': ' '.join(systemd_quote(a) for a in argv),
         'environment': environment,
         'cpus': ','.join(r['cpus'] for r in ray_ranks) or None,
         'unit': RAY_UNIT,

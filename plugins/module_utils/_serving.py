@@ -157,7 +157,7 @@ def precision_label(dtype, quantization, model_config):
     return str((model_config or {}).get('torch_dtype') or (model_config or {}).get('dtype') or 'auto')
 
 
-def _systemd_quote(word):
+def systemd_quote(word):
     word = str(word)
     if word and re.match(r'^[A-Za-z0-9_@%+=:,./-]+$', word):
         return word
@@ -352,9 +352,8 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
 
 
 def _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization, max_model_len, port,
-                   local, label, sealed=None, span=None):
+                   local, label, sealed, span):
     name = placement['name']
-    span = span or {'argv': [], 'env': {}, 'serves': True, 'runs_vllm': True, 'guard': [], 'after': [], 'rank': None}
     served = item.get('served_model_name') or name
     cache_dir = '%s/%s' % (settings.get('cache_dir') or '/var/cache/vllm/instances', name)
     # A sealed model is served from the plaintext its unit opens (_sealing.py).
@@ -432,7 +431,7 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         'model_src': item.get('model_src') or None,
         'device': placement['device'],
         'argv': argv,
-        'exec_start': ' '.join(_systemd_quote(a) for a in command),
+        'exec_start': ' '.join(systemd_quote(a) for a in command),
         'sealed': sealed,
         'environment': dict(sorted(env.items())),
         'cpu_affinity': placement['cpulist'],

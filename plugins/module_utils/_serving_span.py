@@ -33,6 +33,8 @@ GUARD = ('/usr/bin/python3', '-I', GUARD_PATH)
 EPHEMERAL_PORTS = '32768-60999'
 # The unit of the ray_cluster role, which a Ray head's vLLM needs running.
 RAY_UNIT = 'ray.service'
+# What an instance of one host adds: nothing.
+NO_SPAN = {'rank': None, 'argv': [], 'env': {}, 'serves': True, 'runs_vllm': True, 'guard': [], 'after': []}
 
 
 def _names(hosts):
@@ -40,7 +42,7 @@ def _names(hosts):
 
 
 def span_part(fail, host, name, placement, settings):
-    """The span part of one instance's plan on `host`, or None for an instance of one host.
+    """The span part of one instance's plan on `host` (NO_SPAN for an instance of one host).
 
     fail(what, fix) raises the plan's error. settings: rank_interface (this host's interface for the ranks),
     span_addresses ({host: its rank address}, for every host of the span).
@@ -50,7 +52,7 @@ def span_part(fail, host, name, placement, settings):
     """
     span = placement.get('span')
     if not span:
-        return None
+        return dict(NO_SPAN)
     addresses = dict(settings.get('span_addresses') or {})
     missing = [h for h in span['hosts'] if not addresses.get(h)]
     if missing:
@@ -85,6 +87,7 @@ def span_part(fail, host, name, placement, settings):
         'peers': [addresses[h] for h in span['hosts'] if h != host],
         'port': span['port'],
         'guard_port': guard_port if backend == 'launcher' else None,
+        'guard_path': GUARD_PATH if backend == 'launcher' else None,
         'ports': [span['port'], guard_port] if backend == 'launcher' else [span['port']],
         'ephemeral_ports': EPHEMERAL_PORTS,
         'ranks': span['ranks'],

@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 import testinfra
+import yaml
 from conftest import wait_for
 
 PKI = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "pki")
@@ -140,8 +141,6 @@ def test_a_removed_instance_leaves_no_rank(head, rank):
 
 
 def scenario_instances():
-    import yaml
-
     with open(os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "molecule.yml")) as f:
         config = yaml.safe_load(os.path.expandvars(f.read()))
     return config["provisioner"]["inventory"]["group_vars"]["all"]["vllm_instances"]

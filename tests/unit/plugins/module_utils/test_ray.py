@@ -18,9 +18,11 @@ SETTINGS = {'head': '', 'port': 6379, 'addresses': {'gpu-node01': '10.0.0.11', '
             'num_gpus': 0, 'object_store_bytes': 1 << 30, 'dashboard': False, 'dashboard_port': 8265, 'ports': PORTS}
 
 
-def rank(**more):
+def rank(address='10.0.0.11', **more):
+    """A serving plan's rank on Ray: its addresses on the ranks' network (the plan's, not the Ray role's)."""
     return dict({'instance': 'big', 'backend': 'ray', 'head': 'gpu-node01', 'port': 6379, 'gpus': [0, 1, 2, 3],
-                 'cuda_visible_devices': 'GPU-a,GPU-b,GPU-c,GPU-d', 'cpus': '0-23'}, **more)
+                 'cuda_visible_devices': 'GPU-a,GPU-b,GPU-c,GPU-d', 'cpus': '0-23', 'address': address,
+                 'master_addr': '10.0.0.11'}, **more)
 
 
 def flag(argv, name):
@@ -28,8 +30,10 @@ def flag(argv, name):
 
 
 def test_a_host_with_ray_ranks_follows_its_serving_plan():
-    head = ray_plan(SETTINGS, [rank()], 'gpu-node01')
-    worker = ray_plan(SETTINGS, [rank()], 'gpu-node02')
+    # The Ray role's own view of the addresses (another interface) gives way to the serving plan's.
+    settings = dict(SETTINGS, addresses={'gpu-node01': '192.168.0.11', 'gpu-node02': '192.168.0.12'})
+    head = ray_plan(settings, [rank()], 'gpu-node01')
+    worker = ray_plan(settings, [rank('10.0.0.12')], 'gpu-node02')
     assert (head['role'], worker['role']) == ('head', 'worker')
     assert head['argv'][:3] == ['/opt/vllm/current/venv/bin/ray', 'start', '--block']
     assert flag(head['argv'], '--port') == '6379' and '--include-dashboard=false' in head['argv']
@@ -41,6 +45,7 @@ def test_a_host_with_ray_ranks_follows_its_serving_plan():
         assert flag(node['argv'], '--min-worker-port') == '10002' and node['worker_ports'] == '10002-10999'
     assert head['ports'] == [6379, 6380, 6381, 6382, 6383, 6384, 6385] and 6379 not in worker['ports']
     assert head['instances'] == ['big'] and head['unit'] == 'ray.service'
+    assert head['exec_start'] == ' '.join(head['argv'])  # nothing in it needs systemd's quotes
 
 
 def test_a_cluster_for_other_work_names_its_head():

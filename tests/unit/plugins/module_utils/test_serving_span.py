@@ -68,6 +68,7 @@ def test_ranks_name_the_ports_and_peers_for_the_firewall(facts):
     (rank,) = head['ranks']
     assert rank['role'] == 'head' and rank['peers'] == ['10.0.0.12'] and rank['ports'] == [29500, 29501]
     assert rank['ephemeral_ports'] == '32768-60999' and rank['gpus'] == [0, 1, 2, 3]
+    assert rank['guard_path'] == GUARD[-1]
     assert (rank['ranks'], rank['tensor_parallel_size'], rank['pipeline_parallel_size']) == (4, 4, 1)
     (other,) = plan_of(facts, 'gpu-node02', [big()])['ranks']
     assert other['role'] == 'worker' and other['peers'] == ['10.0.0.11'] and other['unit'] == 'vllm-big.service'
