@@ -49,8 +49,9 @@ def _split(values, what, host, errors):
     return families
 
 
-def _peer_addresses(peers, group, host, errors):
-    """Every address of the hosts of one group, from their facts; a host without facts is an error."""
+def _peer_addresses(peers, group, host, errors, floating=()):
+    """Every address of the hosts of one group, from their facts; a host without facts is an error. Addresses that
+    float (the VIPs: a director's facts list one while it is the VRRP master) are nobody's own."""
     addresses = []
     for name, facts in sorted((peers or {}).get(group, {}).items()):
         if 'all_ipv4_addresses' not in (facts or {}):
@@ -63,7 +64,7 @@ def _peer_addresses(peers, group, host, errors):
                 parsed = ipaddress.ip_address(str(address).split('%', maxsplit=1)[0])
             except ValueError:
                 parsed = None  # _split names it
-            if parsed is None or not (parsed.is_loopback or parsed.is_link_local):
+            if parsed is None or not (parsed.is_loopback or parsed.is_link_local or str(parsed) in floating):
                 addresses.append(address)
     return addresses
 
@@ -142,8 +143,15 @@ def firewall_plan(node, settings, peers, host=None, director=None):
     node = node or {}
     host = host or node.get('host')
     errors = []
-    monitoring = _split(_peer_addresses(peers, 'monitoring', host, errors), 'a monitoring host', host, errors)
-    directors = _split(_peer_addresses(peers, 'lvs_directors', host, errors), 'a director', host, errors)
+    floating = set()
+    for vip in list(node.get('vips') or []) + list((director or {}).get('vips') or []):
+        try:
+            floating.add(str(ipaddress.ip_address(str(vip))))
+        except ValueError:
+            pass  # _split names it
+    monitoring = _split(_peer_addresses(peers, 'monitoring', host, errors, floating), 'a monitoring host', host,
+                        errors)
+    directors = _split(_peer_addresses(peers, 'lvs_directors', host, errors, floating), 'a director', host, errors)
 
     admin_given = list(settings.get('admin_sources') or [])
     if settings.get('controller_address'):

@@ -128,6 +128,16 @@ def test_a_director_opens_its_service_vrrp_and_the_connection_sync_to_the_direct
     assert plan()['notrack'] == []
 
 
+def test_the_vip_a_master_director_holds_is_not_a_peer_address():
+    # The VRRP master's facts list the VIP among its addresses; the backup's do not. The ruleset must not depend on
+    # which director held it when the facts were gathered (a second run changed it, found by the lab's idempotence).
+    holding = dict(PEERS, lvs_directors={'lvs01': {'all_ipv4_addresses': ['10.20.0.2', '10.20.0.100']},
+                                         'lvs02': {'all_ipv4_addresses': ['10.20.0.3']}})
+    assert (statements(firewall_plan({}, SETTINGS, holding, host='lvs01', director=DIRECTOR))
+            == statements(firewall_plan({}, SETTINGS, PEERS, host='lvs01', director=DIRECTOR)))
+    assert statements(plan(peers=holding)) == statements(plan())
+
+
 def test_a_single_director_without_vrrp_opens_only_its_service():
     result = firewall_plan({}, dict(SETTINGS, client_sources=['172.16.0.0/16']), PEERS, host='lvs01',
                            director=dict(DIRECTOR, vrrp=False, vips=['10.20.0.100']))
