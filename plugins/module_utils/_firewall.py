@@ -143,12 +143,8 @@ def firewall_plan(node, settings, peers, host=None, director=None):
     node = node or {}
     host = host or node.get('host')
     errors = []
-    floating = set()
-    for vip in list(node.get('vips') or []) + list((director or {}).get('vips') or []):
-        try:
-            floating.add(str(ipaddress.ip_address(str(vip))))
-        except ValueError:
-            pass  # _split names it
+    vips = _split(list(node.get('vips') or []) + list((director or {}).get('vips') or []), 'the VIPs', host, [])
+    floating = set(str(ipaddress.ip_network(vip).network_address) for vip in vips[4] + vips[6])
     monitoring = _split(_peer_addresses(peers, 'monitoring', host, errors, floating), 'a monitoring host', host,
                         errors)
     directors = _split(_peer_addresses(peers, 'lvs_directors', host, errors, floating), 'a director', host, errors)
