@@ -87,6 +87,15 @@ def up(hosts, hostvars, owner="make-lab"):
     start_vms([host for host in hosts if is_vm(hostvars[host])], hostvars)
     for host in containers(hosts, hostvars):
         wait_for_systemd(host)
+        ssh_stand_in(host)
+
+
+def ssh_stand_in(host):
+    """Something that answers on port 22, where a real host runs sshd: the firewall role checks after a change that
+    the controller can still connect there (the containers have no sshd; Ansible reaches them through podman)."""
+    if podman("exec", host, "systemctl", "is-active", "--quiet", "lab-ssh-stand-in", check=False).returncode:
+        podman("exec", host, "systemd-run", "--unit=lab-ssh-stand-in", "--property=Restart=always", "/usr/bin/python3",
+               "-m", "http.server", "--bind", "0.0.0.0", "22", capture=True)
 
 
 def owners():
@@ -137,7 +146,7 @@ def wait_for_systemd(host, attempts=60):
 def remove(*containers, attempts=5):
     """Stop, then podman rm --force each container by itself, retried for what is left. Under load a container can
     still be stopping when the first rm runs; and podman 4.3's rm stops at the first name it cannot find and still
-    exits 0, so a list with one name already gone left the rest in place (CI, molecule/lvs's destroy)."""
+    exits 0, so a list with one name already gone left the rest in place (CI, the fleet's removal in make test)."""
     left = list(containers)
     for attempt in range(1, attempts + 1):
         podman("stop", "--ignore", "--time", "5", *left, check=False, capture=True)

@@ -1,5 +1,5 @@
 """The lab's LVS front door seen from this machine (the client): the directors' IPVS weights, a steady load at the
-VIP, completions with the lab client's certificate. Used by molecule/lvs's tests and bench/lvs_bench.py.
+VIP, completions with the lab client's certificate. Used by the fleet verifiers (tests/fleet) and bench/lvs_bench.py.
 
 Needs the lab up (make lab). Everything is read from inventories/lab.
 """
@@ -180,7 +180,7 @@ class Load:
 
     @classmethod
     def stop_all(cls):
-        """Stop the loads still running (a running one holds the verifier's output open: molecule would wait)."""
+        """Stop the loads still running (a running one holds the verifier's output open: pytest would wait)."""
         for load in cls.started:
             if load.process.poll() is None:
                 load.stop()

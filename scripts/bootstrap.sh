@@ -10,7 +10,7 @@ cd "$repo"
 cache_dir=$(llmops_cache_dir)
 
 packages=(ca-certificates curl git make python3 python3-venv podman runc debootstrap iptables qemu-user-static binfmt-support
-  shellcheck qemu-system-x86 qemu-utils e2fsprogs openssh-client nftables age)
+  shellcheck qemu-system-x86 qemu-utils e2fsprogs openssh-client openssl nftables age)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
