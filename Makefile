@@ -9,7 +9,7 @@ export CONTAINERS_CONF := $(CURDIR)/.cache/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: help bootstrap image wheelhouse model node-image director-image filebeat lab lab-down test lint sanity unit molecule clean-cache
+.PHONY: help bootstrap image wheelhouse model node-image director-image filebeat lab lab-down fleet-verify test lint sanity unit molecule fleet clean-cache
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,7 +44,10 @@ lab: node-image director-image filebeat ## Bring up the lab and deploy site.yml 
 lab-down: bootstrap ## Remove the lab's containers and network
 	python lab/lab.py down
 
-test: ## Run every test gate (lint, sanity, unit, aarch64, integration, molecule)
+fleet-verify: bootstrap ## Run the fleet verifiers (tests/fleet) against the lab that is up; ARGS='...' for pytest
+	@python scripts/fleet.py verify $(ARGS)
+
+test: ## Run every test gate (lint, sanity, unit, aarch64, integration, molecule, fleet)
 	@python3 scripts/test.py
 
 lint: bootstrap ## Only the lint gates
@@ -58,6 +61,9 @@ unit: bootstrap ## Only the unit tests
 
 molecule: ## Only the molecule scenarios
 	@python3 scripts/test.py molecule
+
+fleet: ## Only the fleet: bring the lab up, check, converge, idempotence, every fleet verifier, lab down
+	@python3 scripts/test.py fleet fleet-alone
 
 clean-cache: ## Remove the shared caches and the lab images (the next make test starts cold)
 	@scripts/clean_cache.sh

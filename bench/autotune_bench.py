@@ -1,7 +1,7 @@
 """Batch-tuning benchmark: playbooks/autotune.yml's tuner against an exhaustive grid over the same candidates.
 
 One lab container (bench/lab, from the lab's node image: make node-image) serves the tiny model with a KV cache of
-6 MiB, as molecule/capacity does. Each round runs both arms on that same instance, the order alternating:
+6 MiB, as the lab's vLLM nodes have. Each round runs both arms on that same instance, the order alternating:
 
   tuner   one playbooks/autotune.yml run: from max_num_seqs 8 in steps of 8, the policy decides when to stop;
   grid    one autotune.yml run per candidate (4, 8, ..., 36, with autotune_max_trials 1): every value measured the

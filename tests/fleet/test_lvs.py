@@ -1,7 +1,9 @@
 """Verify the LVS front door of the lab with real components: keepalived, IPVS and the breaker in the two director
 VMs, two vLLM nodes behind their TLS edges, and this machine as the client, which only knows the VIP.
 
-The tests run in file order. Each leaves the fleet as it found it: both nodes serving at full weight.
+Every test here has deadlines of seconds (ejection, failover): make test runs them last, by themselves (marker
+`alone`). They run in file order. Each leaves the fleet as it found it: both nodes serving at full weight. The
+directors' idempotence is the fleet's (scripts/fleet.py up: a second site.yml changes nothing on any host).
 """
 
 import json
@@ -15,34 +17,18 @@ import time
 import pytest
 import testinfra
 import yaml
-from conftest import wait_for
+from conftest import PROJECT, wait_for
 
-sys.path.insert(0, os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "lab"))
+sys.path.insert(0, str(PROJECT / "lab"))
 from lvs_probe import (  # noqa: E402
-    BREAKER, CA, CERT, DIRECTORS, FULL, HALF_OPEN, INVENTORY, KEY, NODES, PROJECT, VIP, Load, Watch, client_address,
+    BREAKER, CA, CERT, DIRECTORS, FULL, HALF_OPEN, INVENTORY, KEY, NODES, VIP, Load, Watch, client_address,
     completion, full_weight_everywhere, master, measure_failover, play, set_fault, ssh, weights)
 
-
-@pytest.fixture(autouse=True)
-def no_load_left():
-    """A test that fails before it stops its load leaves none running."""
-    yield
-    Load.stop_all()
+pytestmark = pytest.mark.alone
 
 
 def node(name):
     return testinfra.get_host("podman://" + name)
-
-
-def test_a_second_run_of_the_director_role_changes_nothing():
-    # The idempotence of what only this scenario applies. The nodes' roles (edge, VIPs on lo included) have theirs
-    # in the edge scenario; a whole second site.yml here took 10 minutes, nearly all of it on the emulated directors.
-    # Every host, not --limit: the director role's preflight reads the nodes' summaries, which their preflights publish.
-    output = play("site.yml", "--tags", "lvs_director_install,lvs_director_configure,lvs_director_run")
-    recaps = dict(re.findall(r"^(lab-lb\d)\s+: (ok=.*)$", output, re.M))
-    assert set(recaps) == set(DIRECTORS), output[-3000:]
-    assert all("changed=0 " in recap and "failed=0 " in recap for recap in recaps.values()), recaps
-    assert re.search(r"TASK \[llmops\.vllm\.lvs_director : Configure keepalived\]", output), output[-3000:]
 
 
 def test_the_summary_commands_get_completions_through_the_vip_and_each_edge():

@@ -1,4 +1,4 @@
-"""lab/lvs_probe.py's reading of /proc/net/ip_vs (the molecule/lvs watch of the directors' weights)."""
+"""lab/lvs_probe.py's reading of /proc/net/ip_vs (the fleet verifiers' watch of the directors' weights)."""
 
 import os
 import sys

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The benchmark's arithmetic and its reading of vLLM's stream; the load itself runs against a real vLLM in
-molecule/monitoring (the benchmark playbook)."""
+"""The benchmark's arithmetic and its reading of vLLM's stream; the load itself runs against the lab's real vLLM
+in tests/fleet/test_capacity.py (the benchmark playbook)."""
 
 from __future__ import annotations
 
