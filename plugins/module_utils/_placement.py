@@ -44,8 +44,9 @@ An instance with span (over several hosts, _placement_span) is placed like any o
 its ranks; its tensor_parallel_size and pipeline_parallel_size stay the instance's own in the output (vLLM's flags),
 and the output's span says the host's node rank and share.
 
-Explicit gpus/cpus are honoured after checks. Every refusal raises PlacementError with one message that
-names the host, the instance, what it asked for, what is free and a fix.
+Explicit gpus/cpus are honoured after checks; instances that set gpu_memory_utilization may name the same GPU
+(the serving plan checks that their shares fit, _serving_rules). Every refusal raises PlacementError with one
+message that names the host, the instance, what it asked for, what is free and a fix.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -149,12 +150,13 @@ def _explicit_gpus(host, inst):
             )
         if index in chosen:
             inst.fail("lists GPU %s twice in gpus." % ref, "list each GPU once.")
-        if index in host.held_gpus:
+        if index in host.held_gpus and not (inst.shares_gpus and host.held_gpus[index] in host.sharing):
             free = [i for i in sorted(host.gpus) if i not in host.held_gpus and not host.broken(i, inst.allow_degraded)]
             inst.fail(
                 "asks for GPU %d but it is already held by %s; free GPUs: %s."
                 % (index, host.held_gpus[index], comma_list(free) or "none"),
-                "give each instance its own GPUs, or drop gpus to let placement choose.",
+                "give each instance its own GPUs, drop gpus to let placement choose, or set gpu_memory_utilization "
+                "on both instances to share the GPU.",
             )
         device = host.gpus[index]
         if device["error"]:
@@ -535,7 +537,9 @@ def _place(host, inst):
     if None in uuids:
         warnings.append("GPU UUIDs are unknown, so cuda_visible_devices uses indexes, which a reboot can renumber.")
     for index in gpus:
-        host.held_gpus[index] = inst.name
+        host.held_gpus.setdefault(index, inst.name)
+    if inst.shares_gpus:
+        host.sharing.add(inst.name)
     for cpu in cpus:
         host.held_cpus[cpu] = inst.name
     return {

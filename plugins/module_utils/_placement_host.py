@@ -56,6 +56,8 @@ class Host(object):
         self.reserved = reserved
         self.reserved_set = set(reserved)
         self.held_gpus = {}
+        # Instances that set gpu_memory_utilization: they may share a GPU they name in gpus.
+        self.sharing = set()
         self.held_cpus = {}
         try:
             self._read_numa(numa)

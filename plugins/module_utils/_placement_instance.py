@@ -101,6 +101,8 @@ class Instance(object):
         self.cpus_per_instance = self._positive_int(item, "cpus_per_instance", None)
         self.allow_degraded = self._bool(item, "allow_degraded_pcie")
         self.gpus = self._gpu_refs(item.get("gpus"))
+        # A share of a GPU's memory: such instances may name the same GPUs in gpus (_serving_rules checks the sum).
+        self.shares_gpus = item.get("gpu_memory_utilization") is not None
         self.cpus = None
         if item.get("cpus") is not None:
             try:

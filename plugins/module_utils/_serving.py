@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
 from ansible_collections.llmops.vllm.plugins.module_utils import _sealing
+from ansible_collections.llmops.vllm.plugins.module_utils import _serving_rules as _rules
 from ansible_collections.llmops.vllm.plugins.module_utils._serving_span import span_part
 from ansible_collections.llmops.vllm.plugins.module_utils._topology_findings import version_tuple
 from ansible_collections.llmops.vllm.plugins.module_utils._tuning import tuned_instance, tuning_inputs
@@ -52,7 +53,6 @@ QUANTIZATIONS = ('awq', 'awq_marlin', 'bitsandbytes', 'compressed-tensors', 'exp
 # Precision blocks of the seed, as (weight, activation).
 _PRECISION_DTYPE = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 _WEIGHT_PRECISIONS = ('int8', 'int4', 'fp8', 'fp16', 'bf16', 'fp32')
-FP8_MIN_CAPABILITY = (8, 9)
 _RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'VLLM_CPU_OMP_THREADS_BIND', 'VLLM_CACHE_ROOT',
                  'TMPDIR', 'HOME', 'VLLM_HOST_IP', 'GLOO_SOCKET_IFNAME', 'RAY_ADDRESS')
 
@@ -85,62 +85,86 @@ def _capabilities(gpu, indices):
 
 
 def _precision(host, name, item, placement, gpu, model_config):
-    """(dtype, quantization) from dtype, quantization and the seed's precision block."""
+    """(dtype, quantization, label, why) from dtype, quantization, the seed's precision block and the GPUs; label and
+    why say what the instance computes in, and why, for the node summary and the closing summary."""
+    fail = lambda what, fix: _fail(host, name, what, fix)  # noqa: E731
     dtype = item.get('dtype') or 'auto'
+    why = 'dtype' if dtype != 'auto' else None
     if dtype not in DTYPES:
-        _fail(host, name, 'dtype %r is not one of %s' % (dtype, ', '.join(DTYPES)), 'use one of them')
+        fail('dtype %r is not one of %s' % (dtype, ', '.join(DTYPES)), 'use one of them')
     quantization = item.get('quantization') or None
     precision = item.get('precision') or {}
     if not isinstance(precision, Mapping):
-        _fail(host, name, 'precision must be a dict like {weight: int8, activation: fp16}', 'correct precision')
+        fail('precision must be a dict like {weight: int8, activation: fp16}', 'correct precision')
     weight, activation = precision.get('weight'), precision.get('activation')
     if weight is not None and weight not in _WEIGHT_PRECISIONS:
-        _fail(host, name, 'precision.weight %r is not one of %s' % (weight, ', '.join(_WEIGHT_PRECISIONS)),
-              'use one of them')
+        fail('precision.weight %r is not one of %s' % (weight, ', '.join(_WEIGHT_PRECISIONS)), 'use one of them')
     if activation is not None:
         if activation not in _PRECISION_DTYPE and activation != 'fp8':
-            _fail(host, name, 'precision.activation %r is not one of fp32, fp16, bf16, fp8' % activation,
-                  'use one of them')
+            fail('precision.activation %r is not one of fp32, fp16, bf16, fp8' % activation, 'use one of them')
         if activation in _PRECISION_DTYPE:
             if dtype != 'auto' and dtype != _PRECISION_DTYPE[activation]:
-                _fail(host, name, 'dtype %s contradicts precision.activation %s' % (dtype, activation),
-                      'drop dtype or make it %s' % _PRECISION_DTYPE[activation])
-            dtype = _PRECISION_DTYPE[activation]
+                fail('dtype %s contradicts precision.activation %s' % (dtype, activation),
+                     'drop dtype or make it %s' % _PRECISION_DTYPE[activation])
+            dtype, why = _PRECISION_DTYPE[activation], 'precision.activation %s' % activation
     if weight in _PRECISION_DTYPE and activation in _PRECISION_DTYPE and weight != activation:
-        _fail(host, name, 'precision.weight %s with activation %s: vLLM computes in the weights\' dtype'
-              % (weight, activation), 'use the same floating-point precision for both, or a quantized checkpoint')
+        fail('precision.weight %s with activation %s: vLLM computes in the weights\' dtype' % (weight, activation),
+             'use the same floating-point precision for both, or a quantized checkpoint')
     if weight in _PRECISION_DTYPE and activation is None:
-        dtype = _PRECISION_DTYPE[weight]
+        dtype, why = _PRECISION_DTYPE[weight], 'precision.weight %s' % weight
     checkpoint = ((model_config or {}).get('quantization_config') or {})
-    if weight == 'fp8' or activation == 'fp8':
+    method = checkpoint.get('quant_method')
+    shape = _rules.model_shape(model_config)
+    cuda = placement['device'] == 'cuda'
+    caps = _capabilities(gpu, placement['gpu_indices']) if cuda else []
+    if dtype == 'float32' and (weight in ('fp8', 'int8') or activation == 'fp8') and cuda:
+        # vllm/config/vllm.py, VllmConfig._get_quantization_config: fp8 and experts_int8 compute in float16 or
+        # bfloat16 (their get_supported_act_dtypes).
+        fail('dtype float32 with %s weights: vLLM computes them in float16 or bfloat16' % (weight or 'fp8'),
+             'drop dtype, or make precision.activation fp16 or bf16')
+    if weight == 'fp8' or activation == 'fp8' or (cuda and 'fp8' in str(method or '')):
         if quantization not in (None, 'fp8', 'fbgemm_fp8', 'compressed-tensors', 'modelopt'):
-            _fail(host, name, 'precision fp8 contradicts quantization %s' % quantization, 'drop quantization')
-        if placement['device'] != 'cuda':
-            _fail(host, name, 'fp8 needs an NVIDIA GPU of compute capability 8.9 or newer, and this is a cpu '
-                  'instance', 'use fp32 or bf16 on CPU')
-        caps = _capabilities(gpu, placement['gpu_indices'])
-        if not caps or min(caps) < FP8_MIN_CAPABILITY:
-            _fail(host, name, 'fp8 needs GPUs of compute capability 8.9 or newer (Ada, Hopper), and GPUs %s have %s'
-                  % (placement['gpu_indices'], ', '.join('%d.%d' % c for c in caps) or 'unknown'),
-                  'use precision {weight: fp16, activation: fp16} or bf16 on these GPUs, or place it on H100-class '
-                  'GPUs')
+            fail('precision fp8 contradicts quantization %s' % quantization, 'drop quantization')
+        if not cuda:
+            fail('fp8 needs an NVIDIA GPU (compute capability 7.5 or newer), and this is a cpu instance',
+                 'use fp32 or bf16 on CPU')
+        label, fp8_why = _rules.fp8(fail, activation, checkpoint, caps)
         if quantization is None and not checkpoint:
+            # vLLM 0.32 takes fp8 on a 16-bit checkpoint as its online fp8_per_tensor (with a deprecation warning,
+            # vllm/model_executor/model_loader/weight_utils.py); the name works in the versions before it too.
             quantization = 'fp8'
+        return dtype, quantization, label, fp8_why + ('' if quantization == 'fp8' else '; the checkpoint\'s %s'
+                                                      % (quantization or method))
     if weight in ('int8', 'int4'):
-        method = checkpoint.get('quant_method')
         bits = checkpoint.get('bits') or checkpoint.get('weight_bits')
+        if not method and quantization in (None, 'experts_int8') and \
+                _rules.experts_int8(fail, weight, shape, caps, placement['device']):
+            return (dtype, 'experts_int8', 'int8 experts (experts_int8, W8A16)',
+                    'a mixture of experts without a quantized checkpoint: vLLM quantizes the experts to int8 at load, '
+                    'the other layers stay in %s' % (dtype if dtype != 'auto' else 'the checkpoint\'s dtype'))
         if not method:
-            _fail(host, name, 'precision.weight %s needs a quantized checkpoint, and the model\'s config.json has no '
-                  'quantization_config' % weight,
-                  'point model at a %s checkpoint (GPTQ, AWQ or compressed-tensors W8A16/W8A8), or use fp16 weights'
-                  % weight)
+            fail('precision.weight %s needs a quantized checkpoint, and the model\'s config.json has no '
+                 'quantization_config' % weight,
+                 'point model at a %s checkpoint (GPTQ, AWQ or compressed-tensors W8A16/W8A8), or use fp16 weights'
+                 % weight)
         if bits and str(bits) != weight[3:]:
-            _fail(host, name, 'precision.weight %s but the checkpoint is quantized to %s bits (%s)'
-                  % (weight, bits, method), 'make precision.weight int%s' % bits)
+            fail('precision.weight %s but the checkpoint is quantized to %s bits (%s)' % (weight, bits, method),
+                 'make precision.weight int%s' % bits)
+    if quantization == 'experts_int8' and not shape['experts']:
+        # quantization/experts_int8.py quantizes only expert layers: on a dense model it changes nothing.
+        fail('quantization experts_int8 on a model without experts (config.json names no num_local_experts, '
+             'n_routed_experts or num_experts): vLLM would quantize nothing', 'drop quantization, or point model '
+             'at an int8 checkpoint')
     if quantization is not None and quantization not in QUANTIZATIONS:
-        _fail(host, name, 'quantization %r is unknown' % quantization,
-              'use one of %s, or leave it empty to let vLLM read the checkpoint' % ', '.join(QUANTIZATIONS))
-    return dtype, quantization
+        fail('quantization %r is unknown' % quantization,
+             'use one of %s, or leave it empty to let vLLM read the checkpoint' % ', '.join(QUANTIZATIONS))
+    if quantization:
+        why = 'quantization'
+    elif method:
+        why = 'the checkpoint\'s quantization_config'
+    elif why is None:
+        why = 'the model\'s config.json' if (model_config or {}).get('torch_dtype') else 'vLLM\'s default'
+    return dtype, quantization, precision_label(dtype, quantization, model_config), why
 
 
 def precision_label(dtype, quantization, model_config):
@@ -317,7 +341,11 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         if placement['device'] == 'cuda' and install.get('device') == 'cpu':
             _fail(label, name, 'device cuda, but the installed vLLM (%s) is a CPU build' % install.get('package'),
                   'install vLLM for cuda on this host (vllm_install_device: cuda), or set device: cpu')
-        dtype, quantization = _precision(label, name, item, placement, gpu, config)
+        dtype, quantization, computes_in, computes_why = _precision(label, name, item, placement, gpu, config)
+        fail = lambda what, fix, n=name: _fail(label, n, what, fix)  # noqa: E731
+        _rules.check_parallel(fail, _rules.model_shape(config), placement['tensor_parallel_size'],
+                              placement['pipeline_parallel_size'])
+        _rules.check_batched_tokens(fail, item, max_model_len, context)
         if placement['device'] == 'cpu' and placement['pipeline_parallel_size'] > 1 \
                 and '--enforce-eager' in [str(a) for a in item.get('extra_args') or []]:
             _fail(label, name, 'pipeline_parallel_size %d with --enforce-eager on CPU: vLLM 0.32\'s CPU worker then '
@@ -330,13 +358,14 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         if clash:
             _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),
                   'drop them from env; pin with cpus/gpus instead')
-        span = span_part(lambda what, fix, n=name: _fail(label, n, what, fix), host, name, placement, settings)
+        span = span_part(fail, host, name, placement, settings)
         plan = _instance_plan(item, placement, install, flags, settings, multi_node, dtype, quantization,
                               max_model_len, port, local, label, sealed, span)
-        plan['precision'] = precision_label(dtype, quantization, config)
+        plan['precision'], plan['precision_reason'] = computes_in, computes_why
         plan['max_num_seqs'] = item.get('max_num_seqs')
         plan['tuning'] = tuning_info
         plans.append(plan)
+    _rules.check_gpu_shares(lambda name, what, fix: _fail(label, name, what, fix), plans)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
     warnings += tuning_warnings
     return {
@@ -433,6 +462,7 @@ def _instance_plan(item, placement, install, flags, settings, multi_node, dtype,
         'argv': argv,
         'exec_start': ' '.join(systemd_quote(a) for a in command),
         'sealed': sealed,
+        'gpu_memory_utilization': item.get('gpu_memory_utilization') if placement['device'] == 'cuda' else None,
         'environment': dict(sorted(env.items())),
         'cpu_affinity': placement['cpulist'],
         'numa_mask': ','.join(str(n) for n in placement['numa_nodes']) if multi_node else None,

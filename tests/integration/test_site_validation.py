@@ -1,5 +1,6 @@
 """site.yml refuses bad input (wrong types, then each role's semantic checks) before it touches any host."""
 
+import base64
 import uuid
 
 import pytest
@@ -109,6 +110,36 @@ def test_serving_preflight_refuses_before_any_unit_is_written(lab_host, tmp_path
     assert "TASK [llmops.vllm.vllm_server : Write the instances' units]" not in output
     assert podman("exec", lab_host, "sh", "-c", "ls /etc/systemd/system/vllm-*", check=False).returncode != 0
     assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
+
+
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_refused_before_any_host_changes(lab_host, tmp_path):
+    """Falcon-7B's config.json (71 attention heads, as published) with tensor_parallel_size 2: vLLM would refuse it at
+    start; the preflight refuses it first, from the config.json it reads on the host, before any install or unit."""
+    config = base64.b64encode((REPO / "tests/unit/fixtures/model_configs/falcon-7b.json").read_bytes()).decode()
+    podman("exec", lab_host, "sh", "-c", "mkdir -p /srv/models/falcon-7b && echo %s | base64 -d > "
+           "/srv/models/falcon-7b/config.json" % config)
+    wheelhouse = wheelhouse_of_0_32_0(tmp_path)
+    inventory = write_inventory(
+        tmp_path,
+        lab_host,
+        "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\nvllm_instances:\n"
+        "  - {name: falcon, model: /srv/models/falcon-7b, port: 8101, device: cpu, tensor_parallel_size: 2}\n"
+        % wheelhouse,
+    )
+
+    result = ansible_playbook(inventory)
+    output = " ".join((result.stdout + result.stderr).split())
+
+    assert result.returncode != 0, output
+    assert (
+        "host %s, instance falcon: tensor_parallel_size 2 does not divide the model's 71 attention heads "
+        "(num_attention_heads in config.json): vLLM refuses to start. Fix: set tensor_parallel_size to a divisor "
+        "of 71 (1)" % lab_host
+    ) in output
+    assert "TASK [llmops.vllm.baseline : Install the baseline packages]" not in output
+    assert podman("exec", lab_host, "sh", "-c", "ls /etc/systemd/system/vllm-*", check=False).returncode != 0
+    assert podman("exec", lab_host, "test", "-e", "/opt/vllm", check=False).returncode == 1
+    assert podman("exec", lab_host, "dpkg", "-s", "numactl", check=False).returncode == 1
 
 
 def test_a_span_over_a_host_that_does_not_list_the_instance_is_refused_before_any_unit(lab_host, tmp_path):

