@@ -20,6 +20,9 @@ description:
     reports went.
   - The reports are those the playbooks name with C(ansible.builtin.set_stats) under C(llmops_reports); AWX also
     keeps that list as the job's artifacts.
+  - Under C(Serving:), what each vLLM instance the run planned computes in and why (for example C(fp8 weight-only
+    (W8A16\)) because the GPUs are compute capability 8.0), as C(playbooks/summary.yml) names them with
+    C(ansible.builtin.set_stats) under C(llmops_serving).
   - This project's C(ansible.cfg) enables it; elsewhere, add C(llmops.vllm.job_summary) to C(callbacks_enabled).
   - It stays silent when the stdout callback writes JSON (C(json), C(ansible.posix.json), C(ansible.posix.jsonl)),
     whose output a program reads.
@@ -31,7 +34,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import JobSummary
+from ansible_collections.llmops.vllm.plugins.module_utils._job_summary import SERVING_STAT, JobSummary
 from ansible_collections.llmops.vllm.plugins.module_utils._reports import REPORTS_STAT
 
 
@@ -86,11 +89,12 @@ class CallbackModule(CallbackBase):
         stdout = str(C.config.get_config_value('DEFAULT_STDOUT_CALLBACK') or '')
         if stdout.rsplit('.', maxsplit=1)[-1] in ('json', 'jsonl'):
             return
-        reports = []
-        for stat in (getattr(stats, 'custom', None) or {}).values():
-            found = stat.get(REPORTS_STAT) if isinstance(stat, dict) else None
-            if isinstance(found, (list, tuple)):
-                reports.extend(str(r) for r in found)
-            elif found:
-                reports.append(str(found))
-        self._display.display('\n'.join([''] + self._summary.lines(reports)))
+        reports, serving = [], []
+        # set_stats keeps per_host data under the host's name and the rest under _run.
+        for owner, stat in (getattr(stats, 'custom', None) or {}).items():
+            for key, into in ((REPORTS_STAT, reports), (SERVING_STAT, serving)):
+                found = stat.get(key) if isinstance(stat, dict) else None
+                found = found if isinstance(found, (list, tuple)) else [found] if found else []
+                prefix = '%s: ' % owner if key == SERVING_STAT and owner != '_run' else ''
+                into.extend(prefix + str(value) for value in found)
+        self._display.display('\n'.join([''] + self._summary.lines(reports, serving)))

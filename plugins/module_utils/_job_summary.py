@@ -12,6 +12,8 @@ The callback llmops.vllm.job_summary feeds JobSummary.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+# The set_stats key under which playbooks/summary.yml names what each instance computes in, and why.
+SERVING_STAT = 'llmops_serving'
 # Tasks listed per host before the rest is counted; characters of a failure's message kept.
 MAX_TASKS = 12
 MAX_MESSAGE = 600
@@ -61,8 +63,8 @@ class JobSummary(object):
         self._host(host)
         self.unreachable[host] = failure_message(result)
 
-    def lines(self, reports=()):
-        """The summary's lines."""
+    def lines(self, reports=(), serving=()):
+        """The summary's lines; serving: 'host: instance computes in ... (why)' of each instance the run planned."""
         verb = 'would change (check mode)' if self.check_mode else 'changed'
         lines = ['JOB SUMMARY']
         if not self.changed:
@@ -90,6 +92,9 @@ class JobSummary(object):
         if self.unreachable:
             lines.append('Unreachable:')
             lines.extend('  %s: %s' % (host, message) for host, message in sorted(self.unreachable.items()))
+        if serving:
+            lines.append('Serving:')
+            lines.extend('  %s' % one_line(line, 300) for line in serving)
         unique = []
         for report in reports:
             if report not in unique:

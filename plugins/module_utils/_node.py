@@ -49,6 +49,7 @@ def node_summary(serving_plan, edge_plan, settings=None, host=None):
             'model_path': item['model'],
             'device': item['device'],
             'precision': item.get('precision'),
+            'precision_reason': item.get('precision_reason'),
             'max_num_seqs': item.get('max_num_seqs'),
             'tuning': item.get('tuning'),
             'unit': item['unit'],

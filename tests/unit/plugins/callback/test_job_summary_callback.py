@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The callback llmops.vllm.job_summary in a real ansible-playbook run on this machine: what changed, what failed
-and was rescued, what was refused and why, and the reports named by set_stats, after the recap."""
+and was rescued, what was refused and why, what each instance computes in and the reports named by set_stats, after
+the recap."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ PLAY = textwrap.dedent('''\
           ansible.builtin.set_stats:
             data:
               llmops_reports: ["{{ playbook_dir }}/reports/{{ inventory_hostname }}"]
+
+        - name: Name what an instance computes in (playbooks/summary.yml)
+          ansible.builtin.set_stats:
+            data:
+              llmops_serving: ["tiny computes in fp8 weight-only (W8A16) (GPUs are compute capability 8.0)"]
+            per_host: true
+          when: inventory_hostname == 'one'
 
         - name: Fail and be rescued
           block:
@@ -92,7 +100,9 @@ def test_the_summary_says_what_changed_what_was_refused_and_where_the_reports_we
     assert summary[4:6] == ['Refused or failed:', "  two: Refuse the instance: host two, instance tiny: max_model_len "
                             "9999 is over the model's 2048. Fix: lower max_model_len"]
     assert summary[6:8] == ['Failed, then handled by the playbook:', '  one: Try the canary: the canary did not start']
-    assert summary[8] == 'Reports: %s/reports/one, %s/reports/two' % (tmp_path, tmp_path)
+    assert summary[8:10] == ['Serving:', '  one: tiny computes in fp8 weight-only (W8A16) (GPUs are compute '
+                             'capability 8.0)']
+    assert summary[10] == 'Reports: %s/reports/one, %s/reports/two' % (tmp_path, tmp_path)
     assert 'not worth a line' not in '\n'.join(summary)
 
 

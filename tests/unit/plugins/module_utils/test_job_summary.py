@@ -33,3 +33,11 @@ def test_a_long_change_list_is_counted_and_each_task_named_once():
     lines = summary.lines(['/r/x', '/r/x'])
     assert lines[2].startswith('  a: %d task(s): task 0, task 1' % (MAX_TASKS + 3)) and lines[2].endswith(' and 3 more')
     assert lines[-3:] == ['Unreachable:', '  b: ssh: no route', 'Reports: /r/x']
+
+
+def test_what_each_instance_computes_in_comes_before_the_reports():
+    summary = JobSummary()
+    summary.ok('a', 'Check', False)
+    assert summary.lines(['/r/x'], ['a: chat computes in bfloat16 (the model\'s config.json)']) == [
+        'JOB SUMMARY', 'Nothing changed.', 'Nothing refused or failed.', 'Serving:',
+        "  a: chat computes in bfloat16 (the model's config.json)", 'Reports: /r/x']
