@@ -84,10 +84,17 @@ def _capabilities(gpu, indices):
     return caps
 
 
+def _failer(host, name):
+    """fail(what, fix) for one instance of one host: the rules' way to refuse (_serving_rules)."""
+    def fail(what, fix):
+        _fail(host, name, what, fix)
+    return fail
+
+
 def _precision(host, name, item, placement, gpu, model_config):
     """(dtype, quantization, label, why) from dtype, quantization, the seed's precision block and the GPUs; label and
     why say what the instance computes in, and why, for the node summary and the closing summary."""
-    fail = lambda what, fix: _fail(host, name, what, fix)  # noqa: E731
+    fail = _failer(host, name)
     dtype = item.get('dtype') or 'auto'
     why = 'dtype' if dtype != 'auto' else None
     if dtype not in DTYPES:
@@ -342,7 +349,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
             _fail(label, name, 'device cuda, but the installed vLLM (%s) is a CPU build' % install.get('package'),
                   'install vLLM for cuda on this host (vllm_install_device: cuda), or set device: cpu')
         dtype, quantization, computes_in, computes_why = _precision(label, name, item, placement, gpu, config)
-        fail = lambda what, fix, n=name: _fail(label, n, what, fix)  # noqa: E731
+        fail = _failer(label, name)
         _rules.check_parallel(fail, _rules.model_shape(config), placement['tensor_parallel_size'],
                               placement['pipeline_parallel_size'])
         _rules.check_batched_tokens(fail, item, max_model_len, context)

@@ -30,9 +30,10 @@ def instance(**item):
     return dict({'name': 'chat', 'model': '/models/m', 'port': 8101}, **item)
 
 
-def served(facts, model, topo=KUNPENG920_8xA100, **item):
-    """The plan of one instance of the model on the topology."""
-    return plan(facts, topo, [instance(**item)], install=CUDA_INSTALL, config=config(model))['instances'][0]
+def served(facts, model, topo=None, **item):
+    """The plan of one instance of the model on the topology (the seed's Kunpeng 920 + 8 x A100 by default)."""
+    found = plan(facts, topo or KUNPENG920_8xA100, [instance(**item)], install=CUDA_INSTALL, config=config(model))
+    return found['instances'][0]
 
 
 def refused_on(facts, model, *fragments, **item):
