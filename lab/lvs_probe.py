@@ -46,13 +46,16 @@ _HEX_ADDRESS = re.compile(r"\b([0-9A-F]{8}):([0-9A-F]{4})\b")
 # The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
 # steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
 # Prints a JSON summary at the end.
-LOAD = r"""
+# The clients' common start: their arguments, and a TLS 1.3 context with the lab client's certificate.
+_CLIENT = r"""
 import http.client, json, os, ssl, sys, threading, time
-ca, cert, key, host, rate, seconds, stop = sys.argv[1:8]
+ca, cert, key, host, pace, seconds, stop = sys.argv[1:8]
 ctx = ssl.create_default_context(cafile=ca)
 ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.load_cert_chain(cert, key)
-rate, seconds = float(rate), float(seconds)
+"""
+LOAD = _CLIENT + r"""
+rate, seconds = float(pace), float(seconds)
 body = json.dumps({"model": "tiny-llama", "prompt": "lvs", "max_tokens": 2, "ignore_eos": True})
 lock, done, failures, statuses = threading.Lock(), [0], [], {}
 def one():
@@ -81,6 +84,36 @@ for thread in threads:
     thread.join()
 print(json.dumps({"requests": done[0], "failures": failures, "statuses": statuses,
                   "rate": done[0] / (time.time() - start)}))
+"""
+
+# One HTTP/1.1 keep-alive connection to the VIP (TLS 1.3, the lab client's certificate), a completion every INTERVAL
+# seconds on the same socket, for SECONDS or until STOP exists; it never reconnects. Prints a JSON summary: the
+# requests answered, each failure with its time and error (the first ends it), and the connection's local port.
+KEEP_ALIVE = _CLIENT + r"""
+interval, seconds = float(pace), float(seconds)
+body = json.dumps({"model": "tiny-llama", "prompt": "keep-alive", "max_tokens": 2, "ignore_eos": True})
+conn = http.client.HTTPSConnection(host, 8000, context=ctx, timeout=30)
+conn.connect()
+conn.auto_open = 0
+port, done, failures, start = conn.sock.getsockname()[1], 0, [], time.time()
+while time.time() - start < seconds and not os.path.exists(stop):
+    sent = time.time()
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        if response.status != 200 or json.loads(data)["usage"]["completion_tokens"] != 2:
+            failures.append([round(sent, 2), "HTTP %d" % response.status])
+        if response.will_close:
+            failures.append([round(sent, 2), "the edge closed the connection"])
+            break
+    except Exception as e:
+        failures.append([round(sent, 2), "%s: %s" % (type(e).__name__, e)])
+        break
+    done += 1
+    time.sleep(max(0.0, sent + interval - time.time()))
+print(json.dumps({"requests": done, "failures": failures, "port": port,
+                  "seconds": round(time.time() - start, 1)}))
 """
 
 
@@ -193,6 +226,19 @@ class Load:
     def result(self):
         out, _err = self.process.communicate(timeout=1200)
         return json.loads(out)
+
+
+class KeepAlive(Load):
+    """One keep-alive connection to the VIP with a request every `interval` seconds, in the background (KEEP_ALIVE);
+    .stop() ends it and returns its summary."""
+
+    def __init__(self, interval, seconds):
+        self.stop_file = os.path.join(PROJECT, ".cache", "lvs-stop-keep-alive")
+        if os.path.exists(self.stop_file):
+            os.unlink(self.stop_file)
+        self.process = subprocess.Popen([sys.executable, "-c", KEEP_ALIVE, CA, CERT, KEY, VIP, str(interval),
+                                         str(seconds), self.stop_file], stdout=subprocess.PIPE, text=True)
+        Load.started.append(self)
 
 
 def curl(*args, timeout=300):

@@ -27,6 +27,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -126,23 +127,30 @@ def ensure_bridge(bridge, subnet, gateway):
 
 
 def nat_rules(name, ip, subnet):
-    """iptables rules that let the VM reach beyond the lab network (apt), as podman's for its containers."""
+    """iptables rules that let the VM reach beyond the lab network (apt), as podman's for its containers.
+
+    Multicast stays as sent, as podman's rules leave it: the bridge hands the directors' frames to iptables
+    (bridge-nf-call-iptables), and a masqueraded IPVS sync message reaches the other director from the gateway's
+    address, which its firewall drops (the backup then knows no connection, and a failover resets them all)."""
     comment = ["-m", "comment", "--comment", NAT_COMMENT % name]
     return [
-        ["-t", "nat", "POSTROUTING", "-s", str(ip), "!", "-d", str(subnet), *comment, "-j", "MASQUERADE"],
+        ["-t", "nat", "POSTROUTING", "-s", str(ip), "!", "-d", str(subnet), "-m", "addrtype", "!", "--dst-type",
+         "MULTICAST", *comment, "-j", "MASQUERADE"],
         ["-t", "filter", "FORWARD", "-s", str(ip), *comment, "-j", "ACCEPT"],
         ["-t", "filter", "FORWARD", "-d", str(ip), *comment, "-j", "ACCEPT"],
     ]
 
 
 def _iptables(action, name, ip, subnet):
-    for rule in nat_rules(name, ip, subnet):
-        table, chain, spec = rule[1], rule[2], rule[3:]
-        present = run("iptables", "-t", table, "-C", chain, *spec, check=False).returncode == 0
-        if action == "add" and not present:
-            run("iptables", "-t", table, "-I", chain, *spec)
-        elif action == "delete" and present:
-            run("iptables", "-t", table, "-D", chain, *spec)
+    wanted = nat_rules(name, ip, subnet)
+    for table, chain in sorted(set((rule[1], rule[2]) for rule in wanted)):
+        # Every rule whose comment names the VM, as iptables lists it: also those of an earlier version of this file.
+        for line in run("iptables", "-t", table, "-S", chain).stdout.splitlines():
+            spec = shlex.split(line)[2:]
+            if NAT_COMMENT % name in spec:
+                run("iptables", "-t", table, "-D", chain, *spec)
+    for rule in wanted if action == "add" else []:
+        run("iptables", "-t", rule[1], "-I", rule[2], *rule[3:])
 
 
 def load(name):

@@ -21,7 +21,7 @@ from conftest import PROJECT, wait_for
 
 sys.path.insert(0, str(PROJECT / "lab"))
 from lvs_probe import (  # noqa: E402
-    BREAKER, CA, CERT, DIRECTORS, FULL, HALF_OPEN, INVENTORY, KEY, NODES, VIP, Load, Watch, client_address,
+    BREAKER, CA, CERT, DIRECTORS, FULL, HALF_OPEN, INVENTORY, KEY, NODES, VIP, KeepAlive, Load, Watch, client_address,
     completion, full_weight_everywhere, master, measure_failover, play, set_fault, ssh, weights)
 
 pytestmark = pytest.mark.alone
@@ -177,6 +177,34 @@ def test_a_failover_moves_the_vip_within_3_s_and_a_stream_survives():
     assert stream.returncode == 0 and out.rstrip().endswith("data: [DONE]"), out[-500:]
     chunks = [line for line in out.splitlines() if line.startswith("data: {")]
     assert len(chunks) >= 400
+    assert wait_for(full_weight_everywhere, timeout=60, step=2)
+
+
+def synced(director):
+    """Whether the director's IPVS table has this machine's established connection to the VIP (the sync daemon's)."""
+    return re.search(r"TCP\s+\S+\s+ESTABLISHED\s+%s:\d+\s+%s:8000\s" % (re.escape(client_address()), re.escape(VIP)),
+                     ssh(director, "ipvsadm -Lnc"))
+
+
+def test_a_keep_alive_connection_survives_five_failovers_and_each_return():
+    """One HTTP/1.1 keep-alive connection through the VIP, a completion every 0.25 s on the same socket, while the
+    master's keepalived stops (the backup takes the VIP and the synced connection) and starts again (it returns as
+    backup and learns the connection, and the next failover moves the VIP back to it), five times."""
+    client = KeepAlive(interval=0.25, seconds=900)
+    failovers = []
+    try:
+        assert wait_for(lambda: synced(next(d for d in DIRECTORS if d != master())), timeout=60, step=1)
+        while len(failovers) < 5:
+            failovers.append(measure_failover())
+            # The returned director knows the connection before the VIP goes back to it.
+            assert wait_for(lambda: synced(failovers[-1]["from"]), timeout=60, step=1), failovers[-1]
+    finally:
+        result = client.stop()
+    print("keep-alive across %d failovers (%s s): %d requests on one connection, failures %s" % (
+        len(failovers), ", ".join("%.2f" % f["failover_s"] for f in failovers), result["requests"],
+        result["failures"]))
+    assert result["failures"] == [] and result["requests"] >= 40, result
+    assert all(f["failover_s"] is not None and f["failover_s"] <= 3 for f in failovers), failovers
     assert wait_for(full_weight_everywhere, timeout=60, step=2)
 
 
