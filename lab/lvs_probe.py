@@ -43,9 +43,6 @@ from _lvs import BREAKER_DEFAULTS  # noqa: E402  (the role's own defaults, not a
 BREAKER = dict(BREAKER_DEFAULTS, **_load("group_vars", "lvs_directors.yml").get("lvs_director_breaker", {}))
 HALF_OPEN = BREAKER["half_open_weight"]
 _HEX_ADDRESS = re.compile(r"\b([0-9A-F]{8}):([0-9A-F]{4})\b")
-# The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
-# steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
-# Prints a JSON summary at the end.
 # The clients' common start: their arguments, and a TLS 1.3 context with the lab client's certificate.
 _CLIENT = r"""
 import http.client, json, os, ssl, sys, threading, time
@@ -54,6 +51,9 @@ ctx = ssl.create_default_context(cafile=ca)
 ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.load_cert_chain(cert, key)
 """
+# The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
+# steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
+# Prints a JSON summary at the end.
 LOAD = _CLIENT + r"""
 rate, seconds = float(pace), float(seconds)
 body = json.dumps({"model": "tiny-llama", "prompt": "lvs", "max_tokens": 2, "ignore_eos": True})
@@ -203,12 +203,14 @@ class Load:
     # Every load started, so that a test that failed before stopping its own can have it stopped (stop_all).
     started = []
 
+    SCRIPT, STOP = LOAD, "lvs-stop-load"
+
     def __init__(self, rate, seconds):
-        self.stop_file = os.path.join(PROJECT, ".cache", "lvs-stop-load")
+        self.stop_file = os.path.join(PROJECT, ".cache", self.STOP)
         if os.path.exists(self.stop_file):
             os.unlink(self.stop_file)
-        self.process = subprocess.Popen([sys.executable, "-c", LOAD, CA, CERT, KEY, VIP, str(rate), str(seconds),
-                                         self.stop_file], stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT, CA, CERT, KEY, VIP, str(rate),
+                                         str(seconds), self.stop_file], stdout=subprocess.PIPE, text=True)
         Load.started.append(self)
 
     @classmethod
@@ -232,13 +234,10 @@ class KeepAlive(Load):
     """One keep-alive connection to the VIP with a request every `interval` seconds, in the background (KEEP_ALIVE);
     .stop() ends it and returns its summary."""
 
+    SCRIPT, STOP = KEEP_ALIVE, "lvs-stop-keep-alive"
+
     def __init__(self, interval, seconds):
-        self.stop_file = os.path.join(PROJECT, ".cache", "lvs-stop-keep-alive")
-        if os.path.exists(self.stop_file):
-            os.unlink(self.stop_file)
-        self.process = subprocess.Popen([sys.executable, "-c", KEEP_ALIVE, CA, CERT, KEY, VIP, str(interval),
-                                         str(seconds), self.stop_file], stdout=subprocess.PIPE, text=True)
-        Load.started.append(self)
+        super().__init__(interval, seconds)
 
 
 def curl(*args, timeout=300):

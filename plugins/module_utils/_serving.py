@@ -352,9 +352,11 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         fail = _failer(label, name)
         _rules.check_parallel(fail, _rules.model_shape(config), placement['tensor_parallel_size'],
                               placement['pipeline_parallel_size'])
-        _rules.check_batched_tokens(fail, item, max_model_len, context)
+        extra_args = [str(a) for a in item.get('extra_args') or []]
+        _rules.check_batched_tokens(fail, _int(label, name, item, 'max_num_batched_tokens'),
+                                    _int(label, name, item, 'max_num_seqs'), extra_args, max_model_len, context)
         if placement['device'] == 'cpu' and placement['pipeline_parallel_size'] > 1 \
-                and '--enforce-eager' in [str(a) for a in item.get('extra_args') or []]:
+                and '--enforce-eager' in extra_args:
             _fail(label, name, 'pipeline_parallel_size %d with --enforce-eager on CPU: vLLM 0.32\'s CPU worker then '
                   'skips its warm-up, the later stages never allocate their receive buffer, and the first request '
                   'fails (HTTP 500, "assert self.intermediate_tensors is not None")'
@@ -372,7 +374,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         plan['max_num_seqs'] = item.get('max_num_seqs')
         plan['tuning'] = tuning_info
         plans.append(plan)
-    _rules.check_gpu_shares(lambda name, what, fix: _fail(label, name, what, fix), plans)
+    _rules.check_gpu_shares(lambda name: _failer(label, name), plans)
     warnings = ['instance %s: %s' % (p['name'], w) for p in plans for w in p['placement']['warnings']]
     warnings += tuning_warnings
     return {

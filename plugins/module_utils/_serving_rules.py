@@ -104,7 +104,7 @@ def _caps_text(caps):
 
 
 def fp8(fail, activation, checkpoint, caps):
-    """(W8A8?, why) for FP8 weights on GPUs of these compute capabilities; refuses what vLLM cannot run."""
+    """(label, why) of FP8 weights on GPUs of these compute capabilities; refuses what vLLM cannot run."""
     oldest = min(caps) if caps else None
     if oldest is None or oldest < FP8_WEIGHT_ONLY_CAPABILITY:
         fail('fp8 weights need NVIDIA GPUs of compute capability 7.5 or newer (weight-only) or 8.9 or newer '
@@ -143,16 +143,14 @@ def experts_int8(fail, weight, shape, caps, device):
     return True
 
 
-def check_batched_tokens(fail, item, max_model_len, context):
-    """max_num_batched_tokens against the longest request (vllm/config/scheduler.py, SchedulerConfig)."""
-    tokens = item.get('max_num_batched_tokens')
+def check_batched_tokens(fail, tokens, seqs, extra_args, max_model_len, context):
+    """max_num_batched_tokens against the longest request (vllm/config/scheduler.py, SchedulerConfig); the numbers
+    are the plan's, already checked to be integers."""
     if not tokens:
         return
-    seqs = item.get('max_num_seqs')
     # verify_max_model_len: a step must hold a whole prompt unless prefills are chunked (the default in 0.32).
     longest = max_model_len or context
-    extra = [str(a) for a in item.get('extra_args') or []]
-    if longest and tokens < longest and '--no-enable-chunked-prefill' in extra:
+    if longest and tokens < longest and '--no-enable-chunked-prefill' in extra_args:
         fail('max_num_batched_tokens %d is below max_model_len %d with --no-enable-chunked-prefill: a prompt of '
              'max_model_len tokens would not fit one step, and vLLM refuses to start' % (tokens, longest),
              'raise max_num_batched_tokens to %d, lower max_model_len, or drop --no-enable-chunked-prefill'
@@ -175,19 +173,19 @@ def gpu_shares(plans):
     return dict((index, found) for index, found in users.items() if len(found) > 1)
 
 
-def check_gpu_shares(fail, plans):
-    """The instances sharing a GPU ask for at most GPU_MEMORY_SHARE_LIMIT of its memory together."""
+def check_gpu_shares(failer, plans):
+    """The instances sharing a GPU ask for at most GPU_MEMORY_SHARE_LIMIT of its memory together; failer(instance)
+    is the fail(what, fix) of that instance."""
     for index, found in sorted(gpu_shares(plans).items()):
-        total = sum(share for _name, share in found)
-        if total > GPU_MEMORY_SHARE_LIMIT + 1e-9:
-            name = found[-1][0]
-            fail(name, 'instances %s share GPU %d and ask for %s of its memory together (gpu_memory_utilization '
-                 '%s): the last to start would not find its share free'
-                 % (', '.join(n for n, _s in found), index, _fraction(total),
-                    ' + '.join(_fraction(s) for _n, s in found)),
-                 'lower their gpu_memory_utilization to %s or less in all (for example %s each)'
-                 % (_fraction(GPU_MEMORY_SHARE_LIMIT),
-                    _fraction(int(GPU_MEMORY_SHARE_LIMIT / len(found) * 100) / 100.0)))
+        names, shares = [n for n, _s in found], [s for _n, s in found]
+        if sum(shares) > GPU_MEMORY_SHARE_LIMIT + 1e-9:
+            each = int(GPU_MEMORY_SHARE_LIMIT / len(found) * 100) / 100.0
+            failer(names[-1])(
+                'instances %s share GPU %d and ask for %s of its memory together (gpu_memory_utilization %s): the '
+                'last to start would not find its share free'
+                % (', '.join(names), index, _fraction(sum(shares)), ' + '.join(_fraction(s) for s in shares)),
+                'lower their gpu_memory_utilization to %s or less in all (for example %s each)'
+                % (_fraction(GPU_MEMORY_SHARE_LIMIT), _fraction(each)))
 
 
 def _fraction(value):

@@ -235,7 +235,7 @@ def test_shares_count_vllms_default_for_an_instance_without_one():
     plans = [{'name': n, 'device': 'cuda', 'runs_vllm': True, 'gpu_memory_utilization': u,
               'placement': {'gpu_indices': [0]}} for n, u in (('a', None), ('b', 0.05))]
     with pytest.raises(Refused, match=r'ask for 0.97 of its memory together \(gpu_memory_utilization 0.92 \+ 0.05\)'):
-        rules.check_gpu_shares(lambda name, what, fix: fail(what, fix), plans)
+        rules.check_gpu_shares(lambda name: fail, plans)
 
 
 # The scheduler's batch against the longest request.
@@ -254,3 +254,8 @@ def test_a_batch_below_max_model_len_needs_chunked_prefill(facts):
 def test_a_batch_smaller_than_max_num_seqs_is_refused(facts):
     refused_on(facts, 'llama-2-7b', 'max_num_batched_tokens 128 is below max_num_seqs 256',
                'Fix: raise max_num_batched_tokens to 256 or more', max_num_batched_tokens=128, max_num_seqs=256)
+
+
+def test_a_batch_size_that_is_not_a_number_is_refused_before_the_rule(facts):
+    refused_on(facts, 'llama-2-7b', "max_num_batched_tokens must be an integer >= 1, got 'many'",
+               'Fix: correct max_num_batched_tokens', max_num_batched_tokens='many', max_num_seqs=256)
