@@ -6,10 +6,10 @@ The set-up steps run first, one after the other (the venv, the lab images, the w
 then run on LLMOPS_TEST_JOBS lanes (default 2), longest first by the previous run's times: most of a gate's time
 is spent waiting on containers, on vLLM starting or on the disk, so a second lane fills the CPUs that the first
 leaves idle. The ALONE gates run last, each by itself.
-Every gate runs even if another failed; its output goes to .cache/test-logs/<gate>.log, and the end
-of the output repeats the lines that say what failed, so that a short tail of a CI log still tells why. Then the
-time of every step, gate and integration test file beside the previous run's (.cache/test-logs/times.md; every
-run in the shared cache's test-times.tsv), and the last line: `make test: N passed, M failed`.
+Every gate runs even if another failed; its output goes to .cache/test-logs/<gate>.log. The end of the output
+is the time of every step, gate and integration test file beside the previous run's (.cache/test-logs/times.md;
+every run in the shared cache's test-times.tsv), then the lines that say what failed, so that a short tail of a
+CI log still tells why, and the last line: `make test: N passed, M failed`.
 """
 
 import os
@@ -265,11 +265,6 @@ def main():
     rows["total"] = ("%d failed" % len(failed), time.monotonic() - start)
     order.append("total")
 
-    for name in failed:
-        path = logs.get(name, log_path(name))
-        print("\n=== what failed in %s (whole log: %s)" % (name, path.relative_to(REPO)))
-        print("\n".join(failure_digest(path)) if path.is_file() else "(no log)")
-        print("disk: %.1f GiB free" % (shutil.disk_usage("/").free / 2 ** 30))
     # A run of some gates is compared with an earlier run of the same gates only.
     total_key = " ".join(["total"] + sys.argv[1:])
     text = table(rows, order, parts, previous, total_key)
@@ -277,7 +272,15 @@ def main():
     print("\n" + text.replace("&nbsp;", " "), end="")
     record(rows, order, total_key)
     passed = [name for name in counted if name not in failed]
-    print("(table: .cache/test-logs/times.md; every run: %s)\n" % HISTORY)
+    print("(table: .cache/test-logs/times.md; every run: %s)" % HISTORY)
+    # What failed comes after the table: a CI log's tail is often only its last 40 lines.
+    for name in failed:
+        path = logs.get(name, log_path(name))
+        print("\n=== what failed in %s (whole log: %s)" % (name, path.relative_to(REPO)))
+        print("\n".join(failure_digest(path)) if path.is_file() else "(no log)")
+    if failed:
+        print("disk: %.1f GiB free" % (shutil.disk_usage("/").free / 2 ** 30))
+    print()
     print("passed gates: %s" % (" ".join(passed) or "none"))
     print("failed gates: %s" % (" ".join(failed) or "none"))
     print("time: %.0f s" % rows["total"][1])
