@@ -90,8 +90,9 @@ class CallbackModule(CallbackBase):
         if stdout.rsplit('.', maxsplit=1)[-1] in ('json', 'jsonl'):
             return
         reports, serving = [], []
-        # set_stats keeps per_host data under the host's name and the rest under _run.
-        for owner, stat in (getattr(stats, 'custom', None) or {}).items():
+        # set_stats keeps per_host data under the host's name and the rest under _run; hosts finish
+        # in any order, so the summary lists them by name.
+        for owner, stat in sorted((getattr(stats, 'custom', None) or {}).items()):
             for key, into in ((REPORTS_STAT, reports), (SERVING_STAT, serving)):
                 found = stat.get(key) if isinstance(stat, dict) else None
                 found = found if isinstance(found, (list, tuple)) else [found] if found else []
