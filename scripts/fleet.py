@@ -43,10 +43,15 @@ def say(message):
     print("%s fleet: %s" % (time.strftime("%H:%M:%S"), message), flush=True)
 
 
+def lab_env(**extra):
+    """This environment with the lab's Ansible settings and the venv first on PATH, plus extra."""
+    return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+                PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ["PATH"]), **extra)
+
+
 def run(argv, capture=False):
     """Run argv in the repository with the lab's Ansible settings; its output streams (or is returned)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ["PATH"]))
+    env = lab_env()
     if not capture:
         return subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, check=False).returncode, ""
     result = subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, check=False, text=True,
@@ -68,8 +73,7 @@ def fast_run():
 def site(*args, fast=False):
     """ansible-playbook site.yml on the lab: (rc, output); the output is also printed as it comes. fast: under
     Mitogen's strategy (for the runs that change nothing)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ["PATH"]), **(fast_run() if fast else {}))
+    env = lab_env(**(fast_run() if fast else {}))
     lines = []
     with subprocess.Popen(["ansible-playbook", "site.yml", "-i", str(INVENTORY), *args], cwd=REPO, env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
