@@ -65,9 +65,12 @@ def fast_run():
     if spec is None or not spec.submodule_search_locations:
         sys.exit("fleet: ansible_mitogen is not in this Python (%s): run make bootstrap." % sys.executable)
     strategies = pathlib.Path(list(spec.submodule_search_locations)[0]) / "plugins" / "strategy"
-    # Mitogen's ssh reads host key checking from Ansible's setting, not from the lab's ssh arguments.
+    # Mitogen's ssh reads host key checking from Ansible's setting, not from the lab's ssh arguments. Its connect
+    # timeout (Ansible's `timeout`, 10 s) covers the whole bootstrap, its Python started in the emulated director
+    # included: beside the other lane and the serving nodes that took over 10 s (CI at 93e66ce: both directors
+    # unreachable in the idempotence run), so these runs give it 120 s.
     return {"ANSIBLE_STRATEGY_PLUGINS": str(strategies), "ANSIBLE_STRATEGY": "mitogen_linear",
-            "ANSIBLE_HOST_KEY_CHECKING": "False"}
+            "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_TIMEOUT": "120"}
 
 
 def site(*args, fast=False):

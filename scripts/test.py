@@ -169,12 +169,15 @@ def lanes(gates, rows, jobs, previous):
 
 def failure_digest(path):
     """The lines of a log that say what failed: pytest's and Ansible's failure lines, without colour or frames."""
-    lines = []
+    lines, since_fatal = [], 99
     for line in path.read_text(errors="replace").splitlines():
         line = re.sub(r"\x1b\[[0-9;]*m|\x1b]8;;[^\x1b]*\x1b\\", "", line)  # colours and hyperlinks
         line = re.sub(r"^\[\d+:\d\d\] ", "", line)  # the stopwatch
         line = re.sub(r"^ *│ ?", "", line)
-        if re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
+        since_fatal = 0 if re.search(r"fatal: \[", line) else since_fatal + 1
+        if since_fatal <= 8 and re.match(r" +msg: ", line):  # the YAML result's message, lines below its host
+            lines.append(line[:220])
+        elif re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
                      r"|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
                      line) and "RETRYING" not in line:
             lines.append(line[:220])
