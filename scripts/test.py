@@ -175,9 +175,8 @@ def failure_digest(path):
         line = re.sub(r"^\[\d+:\d\d\] ", "", line)  # the stopwatch
         line = re.sub(r"^ *│ ?", "", line)
         since_fatal = 0 if re.search(r"fatal: \[", line) else since_fatal + 1
-        if since_fatal <= 8 and re.match(r" +msg: ", line):  # the YAML result's message, lines below its host
-            lines.append(line[:220])
-        elif re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
+        message = since_fatal <= 8 and re.match(r" +msg: ", line)  # a YAML result's message, below its host
+        if message or re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
                      r"|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
                      line) and "RETRYING" not in line:
             lines.append(line[:220])
