@@ -176,9 +176,10 @@ def failure_digest(path):
         line = re.sub(r"^ *│ ?", "", line)
         since_fatal = 0 if re.search(r"fatal: \[", line) else since_fatal + 1
         message = since_fatal <= 8 and re.match(r" +msg: ", line)  # a YAML result's message, below its host
-        if message or re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
-                     r"|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
-                     line) and "RETRYING" not in line:
+        failure = re.search(r"^(FAILED|ERROR)[: ]|^E  |fatal: \[|FAILED! =>|Executed: Failed"
+                            r"|^[\w./-]+\.(py|ya?ml|sh|j2):[0-9]+|^ *--> |^[a-z]+(-[a-z]+)+(\[[\w-]+\])?: ",
+                            line) and "RETRYING" not in line
+        if message or failure:
             lines.append(line[:220])
     return lines[-14:]
 
