@@ -74,10 +74,10 @@ def fast_run():
             "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_TIMEOUT": "120"}
 
 
-def site(*args, fast=False):
-    """ansible-playbook site.yml on the lab: (rc, output); the output is also printed as it comes. fast: under
-    Mitogen's strategy."""
-    env = lab_env(**(fast_run() if fast else {}))
+def site(*args):
+    """ansible-playbook site.yml on the lab under Mitogen's strategy: (rc, output); the output is also printed as it
+    comes."""
+    env = lab_env(**fast_run())
     lines = []
     with subprocess.Popen(["ansible-playbook", "site.yml", "-i", str(INVENTORY), *args], cwd=REPO, env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -153,11 +153,11 @@ def up():
 
     step("create", lambda: "lab.py up failed" if run(LAB + ["up", "--owner", OWNER])[0] else "")
     step("prepare", prepare)
-    step("check", lambda: "site.yml --check failed" if site("--check", fast=True)[0] else "")
-    step("converge", lambda: "site.yml failed" if site(fast=True)[0] else "")
+    step("check", lambda: "site.yml --check failed" if site("--check")[0] else "")
+    step("converge", lambda: "site.yml failed" if site()[0] else "")
 
     def idempotence():
-        rc, output = site(fast=True)
+        rc, output = site()
         return "site.yml failed" if rc else idempotent(output)
 
     step("idempotence", idempotence)
