@@ -758,6 +758,13 @@ def give_client(client, name, source):
                           capture_output=True, text=True, check=True).stdout.strip().split("=")[1]
 
 
+def public_key(path):
+    """The public key of a key or certificate file, PEM."""
+    read = ["x509", "-noout", "-pubkey"] if path.suffix == ".crt" else ["pkey", "-pubout"]
+    command = ["openssl"] + read + ["-in"]
+    return subprocess.run(command + [str(path)], capture_output=True, text=True, check=True).stdout
+
+
 def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_failure(client, node, node_ip,
                                                                                      vault_password):
     completions = "https://%s:8000/v1/completions" % node_ip
@@ -787,5 +794,9 @@ def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_fai
     assert "Serial Number: %s" % old_serial in crl and "Key Compromise" in crl, crl
     new_serial = give_client(client, "lab-reissued", "lab-revoked")
     assert new_serial != old_serial
+    # For a new key: whoever copied the old one cannot use it with the new certificate (TLS proves the key).
+    old_key, new_key, new_certificate = (public_key(client / name) for name in
+                                         ("lab-revoked.key", "lab-reissued.key", "lab-reissued.crt"))
+    assert new_key == new_certificate != old_key
     assert curl(client, completions, cert="lab-reissued", body=completion_body())[0] == 200
     assert curl(client, completions, cert="lab-revoked", body=completion_body())[0] == 400
