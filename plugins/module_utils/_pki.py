@@ -128,14 +128,15 @@ def _certificate(name, kind, common_name, ou, organization, directory, sans, own
 def pki_plan(settings, identity=None, host=None):
     """Return the certificates of one holder, or raise PkiPlanError.
 
-    settings: validity_days, renew_before_days, key_algorithm, organization, directory (where the files go on the
-    holder), server (bool), extra_sans, service_vips, service_names, clients ([{name, ou, owner, group}]),
+    settings: validity_days, renew_before_days, key_algorithm, key_max_age_days (0: keys live until a revocation),
+    organization, directory (where the files go on the holder), server (bool), extra_sans, service_vips, service_names, clients ([{name, ou, owner, group}]),
     application (bool: the controller's application clients, common name = client name).
     identity: the host's names and addresses, {'names': [...], 'addresses': [...]} (unused for applications).
     """
     settings, identity = dict(settings or {}), dict(identity or {})
     days, renew = validity(settings, host)
     key = key_algorithm(settings.get('key_algorithm') or 'ecdsa-p256', host)
+    key_max_age = _positive_int(host, 'pki_key_max_age_days', settings.get('key_max_age_days', 0), minimum=0)
     organization = str(settings.get('organization') or 'llmops.vllm')
     directory = str(settings.get('directory') or '').rstrip('/')
     if not directory.startswith('/'):
@@ -194,32 +195,34 @@ def pki_plan(settings, identity=None, host=None):
         'not_after': '+%dd' % days,
         'renew_within': '+%dd' % renew,
         'key': key,
+        # A key file older than this (its modification time) is replaced, and its certificate issued anew; 0: never.
+        'key_max_age_s': key_max_age * 86400,
     }
 
 
 # Reasons a revocation may give (RFC 5280 less certificateHold and removeFromCRL: a revocation here is final).
 REVOCATION_REASONS = ('unspecified', 'key_compromise', 'ca_compromise', 'affiliation_changed', 'superseded',
                       'cessation_of_operation', 'privilege_withdrawn', 'aa_compromise')
-_HEX_OCTETS = re.compile(r'^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*$')
+_HEX = re.compile(r'^[0-9A-Fa-f]+$|^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*$')
 
 
 def _serial(where, value, host=None):
-    """A serial number as an integer, from an integer, a decimal string or colon-separated hex octets."""
+    """A serial number as an integer: an integer as it is; text as hex, with or without colons between octets, as
+    openssl (x509 -serial, -text) and nginx ($ssl_client_serial, the audit log's client_serial) print it."""
     text = str(value).strip()
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    if _HEX_OCTETS.match(text):
+    if isinstance(value, str) and _HEX.match(text) and int(text.replace(':', ''), 16) > 0:
         return int(text.replace(':', ''), 16)
-    _fail(host, '%s: serial %r is neither a positive integer nor hex octets' % (where, value),
-          'copy it from openssl x509 -noout -serial (hex, e.g. 4F:1A:...) or from the audit log\'s client_serial')
+    _fail(host, '%s: serial %r is neither a positive integer nor hex' % (where, value),
+          'copy it from openssl x509 -noout -serial (hex, e.g. 4F1A09 or 4F:1A:09) or from the audit log\'s '
+          'client_serial; a decimal serial goes in as a YAML integer')
 
 
 def revocation(entry, clients_dir, issued=(), where='pki_revoked', host=None):
     """One certificate to revoke, as x509_crl's revoked_certificates takes it.
 
-    entry: exactly one of serial (integer or hex octets), path (a certificate file on the controller) or name (an
+    entry: exactly one of serial (an integer, or hex text), path (a certificate file on the controller) or name (an
     application client: its current certificate under clients_dir); reason (REVOCATION_REASONS) is optional.
     issued: the application clients still issued; a name among them is refused (its next certificate would be
     revoked as well), except for playbooks/revoke.yml, which passes none: it revokes the current one and the next

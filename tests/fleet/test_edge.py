@@ -659,6 +659,9 @@ def test_rotation_under_load_fails_no_request_and_prints_no_secret(node, client,
     secrets = {"API key": [API_KEY], "CA key": secret_forms(ca_key_pem()),
                "server key": secret_forms(node.file("/etc/llmops-vllm/pki/server.key").content_string)}
     old_serial, master = server_serial(node), node.check_output("cat /run/nginx.pid")
+    # The server key, 400 days old by its file's date: replaced with the renewal (pki_key_max_age_days: 330).
+    old_key = node_public_key(node, "server.key")
+    node.check_output("touch -d '400 days ago' /etc/llmops-vllm/pki/server.key")
     loop = start_loop(client, node_ip)
     try:
         time.sleep(3)
@@ -669,6 +672,7 @@ def test_rotation_under_load_fails_no_request_and_prints_no_secret(node, client,
     assert counts["failed"] == 0 and counts["ok"] > 20 and counts["streams"] > 0, counts
     new_serial = server_serial(node)
     assert new_serial != old_serial
+    assert old_key != node_public_key(node, "server.key") == node_public_key(node, "server.crt")
     # The client met both certificates, and nginx was reloaded, not restarted.
     assert len(counts["serials"]) == 2, counts
     assert node.check_output("cat /run/nginx.pid") == master
@@ -758,6 +762,19 @@ def give_client(client, name, source):
                           capture_output=True, text=True, check=True).stdout.strip().split("=")[1]
 
 
+def node_public_key(node, name):
+    """The public key of a key or certificate file in the node's PKI directory, PEM."""
+    read = "x509 -noout -pubkey" if name.endswith(".crt") else "pkey -pubout"
+    return node.check_output("openssl %s -in /etc/llmops-vllm/pki/%s" % (read, name))
+
+
+def served_serial(client, node_ip):
+    """The serial of the certificate the node's edge serves, as openssl prints it."""
+    hello = openssl_s_client(node_ip, client, "-tls1_3").stdout
+    return subprocess.run(["openssl", "x509", "-noout", "-serial"], input=hello, capture_output=True, text=True,
+                          check=True).stdout.strip().split("=")[1]
+
+
 def public_key(path):
     """The public key of a key or certificate file, PEM."""
     read = ["x509", "-noout", "-pubkey"] if path.suffix == ".crt" else ["pkey", "-pubout"]
@@ -773,11 +790,15 @@ def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_fai
     # Naming nothing is refused before any host changes.
     refused = " ".join(run(*REVOKE_LIMIT, playbook=REVOKE, passes=False).split())
     assert "revoke.yml: no certificate is named" in refused and "TASK [llmops.vllm.pki" not in refused
+    # The node's server certificate is revoked in the same run, by its serial as openssl prints it (hex).
+    old_server_serial, old_server_key = server_serial(node), node_public_key(node, "server.key")
+    assert served_serial(client, node_ip) == old_server_serial
     loop = start_loop(client, node_ip)
     try:
         time.sleep(2)
-        output = run(*extra(revoke_name="lab-revoked", revoke_reason="key_compromise"), *REVOKE_LIMIT,
-                     playbook=REVOKE_WITHOUT_DIRECTORS)
+        output = run(*extra(revoke_name="lab-revoked", revoke_reason="key_compromise",
+                            pki_revoked=[{"serial": old_server_serial, "reason": "key_compromise"}]),
+                     *REVOKE_LIMIT, playbook=REVOKE_WITHOUT_DIRECTORS)
     finally:
         counts = stop_loop(client, loop)
     assert "RUNNING HANDLER [llmops.vllm.edge : Reload nginx]" in output
@@ -798,5 +819,10 @@ def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_fai
     old_key, new_key, new_certificate = (public_key(client / name) for name in
                                          ("lab-revoked.key", "lab-reissued.key", "lab-reissued.crt"))
     assert new_key == new_certificate != old_key
+    # The node: a new key, a certificate for it, served; the old serial in the CRL.
+    new_server_key = node_public_key(node, "server.key")
+    assert new_server_key == node_public_key(node, "server.crt") != old_server_key
+    assert served_serial(client, node_ip) == server_serial(node) != old_server_serial
+    assert "Serial Number: %s" % old_server_serial in crl
     assert curl(client, completions, cert="lab-reissued", body=completion_body())[0] == 200
     assert curl(client, completions, cert="lab-revoked", body=completion_body())[0] == 400

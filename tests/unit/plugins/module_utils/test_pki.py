@@ -43,8 +43,13 @@ def test_a_vllm_node_gets_a_server_certificate_for_its_names_addresses_and_the_v
         'extended_key_usage': ['serverAuth', 'clientAuth'],
         'key_path': '/etc/llmops-vllm/pki/server.key', 'certificate_path': '/etc/llmops-vllm/pki/server.crt',
         'owner': 'root', 'group': 'root'}
-    assert result['not_after'] == '+365d' and result['renew_within'] == '+30d'
+    assert result['not_after'] == '+365d' and result['renew_within'] == '+30d' and result['key_max_age_s'] == 0
     assert result['key'] == {'type': 'ECC', 'curve': 'secp256r1'}
+
+
+def test_keys_older_than_the_maximum_age_are_replaced_after_that_many_seconds():
+    assert plan(server=True, key_max_age_days=330)['key_max_age_s'] == 330 * 86400
+    assert plan(server=True, key_max_age_days=0)['key_max_age_s'] == 0
 
 
 def test_a_director_gets_the_health_checkers_client_certificate():
@@ -88,6 +93,8 @@ def test_a_host_without_certificates_gets_none():
                                   'every run would renew']),
     ({'validity_days': 0}, ['pki_certificate_validity_days must be an integer >= 1, got 0']),
     ({'renew_before_days': True}, ['pki_renew_before_days must be an integer']),
+    ({'key_max_age_days': -1}, ['pki_key_max_age_days must be an integer >= 0, got -1']),
+    ({'key_max_age_days': '330'}, ['pki_key_max_age_days must be an integer >= 0']),
     ({'key_algorithm': 'dsa-1024'}, ["pki_key_algorithm 'dsa-1024' is not one of", 'ecdsa-p256']),
     ({'directory': 'pki'}, ["the certificate directory 'pki' is not an absolute path", 'pki_host_dir']),
     ({'server': True, 'extra_sans': ['llm.example.com']}, ["'llm.example.com' is neither DNS:<name> nor IP:"]),

@@ -54,8 +54,11 @@ def test_a_next_update_that_is_not_a_time_is_refused():
     refused('has a next update', next_update='soon')
 
 
-@pytest.mark.parametrize('serial, number', [(66223, 66223), ('66223', 66223), ('01:02:AF', 66223),
-                                            ('4f:1a', 0x4F1A)])
+# Text is hex, as openssl and the audit log's client_serial print it: an all-digit serial too.
+@pytest.mark.parametrize('serial, number', [(66223, 66223), ('01:02:AF', 66223), ('4f:1a', 0x4F1A),
+                                            ('4A1ABA84BB07E16E6DC805EFDF25B5FDA5123730',
+                                             0x4A1ABA84BB07E16E6DC805EFDF25B5FDA5123730),
+                                            ('66223', 0x66223), (' 0102af ', 66223)])
 def test_a_serial_is_an_integer_whatever_its_spelling(serial, number):
     (entry,) = plan([{'serial': serial, 'reason': 'key_compromise'}])['revoked_certificates']
     assert entry == {'serial_number': number, 'reason': 'key_compromise'}
@@ -78,8 +81,11 @@ def test_an_issued_client_is_refused_in_the_inventory_but_revoked_by_the_playboo
 @pytest.mark.parametrize('entry, fragment', [
     ({}, 'names no certificate'),
     ({'serial': 5, 'name': 'x'}, 'names the certificate twice'),
-    ({'serial': '0x4F'}, 'is neither a positive integer nor hex octets'),
-    ({'serial': 0}, 'is neither a positive integer nor hex octets'),
+    ({'serial': '0x4F'}, 'is neither a positive integer nor hex'),
+    ({'serial': 0}, 'is neither a positive integer nor hex'),
+    ({'serial': '00:00'}, 'is neither a positive integer nor hex'),
+    ({'serial': '4F:1A09'}, 'is neither a positive integer nor hex'),
+    ({'serial': 5.0}, 'is neither a positive integer nor hex'),
     ({'path': 'leaked.crt'}, 'the path is not absolute'),
     ({'name': 'Billing App'}, 'is not a client name'),
     ({'serial': 5, 'reason': 'certificate_hold'}, 'a revocation here cannot be lifted'),
