@@ -129,8 +129,9 @@ def pki_plan(settings, identity=None, host=None):
     """Return the certificates of one holder, or raise PkiPlanError.
 
     settings: validity_days, renew_before_days, key_algorithm, key_max_age_days (0: keys live until a revocation),
-    organization, directory (where the files go on the holder), server (bool), extra_sans, service_vips, service_names, clients ([{name, ou, owner, group}]),
-    application (bool: the controller's application clients, common name = client name).
+    organization, directory (where the files go on the holder), server (bool), extra_sans, service_vips,
+    service_names, clients ([{name, ou, owner, group}]), application (bool: the controller's application clients,
+    common name = client name).
     identity: the host's names and addresses, {'names': [...], 'addresses': [...]} (unused for applications).
     """
     settings, identity = dict(settings or {}), dict(identity or {})
