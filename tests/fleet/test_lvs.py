@@ -191,15 +191,19 @@ def test_a_keep_alive_connection_survives_five_failovers_and_each_return():
     master's keepalived stops (the backup takes the VIP and the synced connection) and starts again (it returns as
     backup and learns the connection, and the next failover moves the VIP back to it), five times."""
     client = KeepAlive(interval=0.25, seconds=900)
-    failovers = []
+    failovers, result = [], None
     try:
         assert wait_for(lambda: synced(next(d for d in DIRECTORS if d != master())), timeout=60, step=1)
         while len(failovers) < 5:
             failovers.append(measure_failover())
             # The returned director knows the connection before the VIP goes back to it.
             assert wait_for(lambda: synced(failovers[-1]["from"]), timeout=60, step=1), failovers[-1]
-    finally:
+    except AssertionError as error:
+        # A connection that failed sends nothing more to sync: say what it saw.
         result = client.stop()
+        raise AssertionError("%s after %d failover(s); the connection: %s" % (error, len(failovers), result)) from error
+    finally:
+        result = result or client.stop()
     print("keep-alive across %d failovers (%s s): %d requests on one connection, failures %s" % (
         len(failovers), ", ".join("%.2f" % f["failover_s"] for f in failovers), result["requests"],
         result["failures"]))
