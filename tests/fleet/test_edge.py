@@ -762,10 +762,15 @@ def give_client(client, name, source):
                           capture_output=True, text=True, check=True).stdout.strip().split("=")[1]
 
 
+def public_key_command(path):
+    """openssl's command that prints the public key of a key or certificate file, PEM."""
+    read = ["x509", "-noout", "-pubkey"] if str(path).endswith(".crt") else ["pkey", "-pubout"]
+    return ["openssl"] + read + ["-in", str(path)]
+
+
 def node_public_key(node, name):
-    """The public key of a key or certificate file in the node's PKI directory, PEM."""
-    read = "x509 -noout -pubkey" if name.endswith(".crt") else "pkey -pubout"
-    return node.check_output("openssl %s -in /etc/llmops-vllm/pki/%s" % (read, name))
+    """The public key of a key or certificate file in the node's PKI directory."""
+    return node.check_output(" ".join(public_key_command("/etc/llmops-vllm/pki/" + name)))
 
 
 def served_serial(client, node_ip):
@@ -776,10 +781,8 @@ def served_serial(client, node_ip):
 
 
 def public_key(path):
-    """The public key of a key or certificate file, PEM."""
-    read = ["x509", "-noout", "-pubkey"] if path.suffix == ".crt" else ["pkey", "-pubout"]
-    command = ["openssl"] + read + ["-in"]
-    return subprocess.run(command + [str(path)], capture_output=True, text=True, check=True).stdout
+    """The public key of a key or certificate file on this machine."""
+    return subprocess.run(public_key_command(path), capture_output=True, text=True, check=True).stdout.strip()
 
 
 def test_a_revoked_client_is_refused_from_its_next_request_and_others_see_no_failure(client, node, node_ip,
