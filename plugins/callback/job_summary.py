@@ -90,12 +90,13 @@ class CallbackModule(CallbackBase):
         if stdout.rsplit('.', maxsplit=1)[-1] in ('json', 'jsonl'):
             return
         reports, serving = [], []
-        # set_stats keeps per_host data under the host's name and the rest under _run; hosts finish
-        # in any order, so the summary lists them by name.
+        # set_stats keeps per_host data under the host's name and the rest under _run, where each host's
+        # values are appended as it finishes; hosts finish in any order, so the summary sorts both.
         for owner, stat in sorted((getattr(stats, 'custom', None) or {}).items()):
             for key, into in ((REPORTS_STAT, reports), (SERVING_STAT, serving)):
                 found = stat.get(key) if isinstance(stat, dict) else None
                 found = found if isinstance(found, (list, tuple)) else [found] if found else []
                 prefix = '%s: ' % owner if key == SERVING_STAT and owner != '_run' else ''
                 into.extend(prefix + str(value) for value in found)
+        reports = sorted(set(reports))
         self._display.display('\n'.join([''] + self._summary.lines(reports, serving)))
