@@ -737,17 +737,22 @@ class Breaker:
         self.config, self.clock = config, clock
         self.settings = config['settings']
         self.reader = reader or self._fetch
-        self.context = None
-        if any(node['url'].startswith('https://') for _service, node in self.nodes()):
-            tls = config['tls']
-            self.context = tls_context(tls.get('ca'), tls.get('cert'), tls.get('key'))
-        self.states, self.written, self.sources = {}, {}, {}
+        self.context, self.sources = None, {}
+        self.load_certificates()
+        self.states, self.written = {}, {}
         for service, node in self.nodes():
             key = (service['name'], node['name'])
             self.states[key] = normalise_state(read_json(self.state_path(*key)))
             current = _read_int(node['track_file'])
             if current is not None:
                 self.written[node['track_file']] = current
+
+    def load_certificates(self):
+        """(Re)load the CA and client certificate files; the next round connects with them (SIGHUP)."""
+        if any(node['url'].startswith('https://') for _service, node in self.nodes()):
+            tls = self.config['tls']
+            self.context = tls_context(tls.get('ca'), tls.get('cert'), tls.get('key'))
+        self.sources = {}
 
     def nodes(self):
         return [(service, node) for service in self.config['services'] for node in service['nodes']]
@@ -878,11 +883,15 @@ def build_parser():
     return parser
 
 
-def serve(breaker, interval, stop, clock=time.monotonic):
-    """Rounds every interval seconds until stop is set; a failing round is reported and the next one runs."""
+def serve(breaker, interval, stop, clock=time.monotonic, reload=None):
+    """Rounds every interval seconds until stop is set; a failing round is reported and the next one runs.
+    reload: an Event (set by SIGHUP) that makes the next round load the certificates again."""
     while not stop.is_set():
         started = clock()
         try:
+            if reload is not None and reload.is_set():
+                reload.clear()
+                breaker.load_certificates()
             breaker.poll()
         except Exception as exc:
             _stderr(_error_record(None, None, _describe(exc)))
@@ -905,7 +914,9 @@ def main(argv=None):
         return 0
     # SIGTERM ends the process where it is: every file is replaced atomically, so none is left half written.
     signal.signal(signal.SIGTERM, _terminate)
-    serve(breaker, config['interval'], threading.Event())
+    reload = threading.Event()
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: reload.set())
+    serve(breaker, config['interval'], threading.Event(), reload=reload)
     return 0
 
 

@@ -92,12 +92,40 @@ def render_nginx_conf(**settings):
     variables.update(yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text()))
     # A role variable built from another, as the role's vars would be templated.
     variables['_edge_fault_file'] = trust_as_template(variables['_edge_fault_file'])
+    variables['_edge_tls_settings'] = trust_as_template(variables['_edge_tls_settings'])
     variables.update(_edge_plan=edge.edge_plan(serving, settings, 'n1'), inventory_hostname='n1',
                      ansible_managed='Ansible managed')
     templar = Templar(loader=DataLoader(), variables=variables)
     source = trust_as_template((ROLE / 'templates' / 'nginx.conf.j2').read_text())
     return templar.template(source, escape_backslashes=False,
                             overrides={'trim_blocks': True, 'lstrip_blocks': False, 'newline_sequence': '\n'})
+
+
+def render_tls_settings(crl):
+    """The edge role's TLS settings file (tasks/certificates.yml) for files with these stat results."""
+    plan = {'tls': {'certificate': '/s.crt', 'key': '/s.key', 'ca': '/ca.crt', 'crl': crl}}
+    files = [('/s.crt', 'aa' * 20), ('/s.key', 'bb' * 20), ('/ca.crt', 'cc' * 20)] + ([(crl, 'dd' * 20)] if crl else [])
+    variables = yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text())
+    variables.update(_edge_plan=plan, ansible_managed='Ansible managed', __edge_certificates={
+        'results': [{'item': path, 'stat': {'exists': True, 'checksum': checksum}} for path, checksum in files]})
+    variables['_edge_crl_generation'] = trust_as_template(variables['_edge_crl_generation'])
+    templar = Templar(loader=DataLoader(), variables=variables)
+    source = trust_as_template((ROLE / 'templates' / 'llmops-edge-tls.conf.j2').read_text())
+    return templar.template(source, escape_backslashes=False,
+                            overrides={'trim_blocks': True, 'lstrip_blocks': False, 'newline_sequence': '\n'})
+
+
+def test_nginx_conf_includes_the_tls_settings_of_the_files_it_serves():
+    conf = render_nginx_conf(tls_crl='/ca.crl')
+    assert re.search(r'^ {4}ssl_crl /ca.crl;\n {4}# .*\n {4}include /etc/nginx/llmops-vllm/tls.conf;$', conf, re.M)
+    assert 'ssl_session_cache' not in conf
+    # Each CRL its own session cache (a resumed session skips the CRL), and every file's checksum: a new file, a
+    # changed settings file, a reload.
+    with_crl = render_tls_settings('/ca.crl')
+    assert re.findall(r'^ssl_session_cache shared:edge_tls_(\w+):10m;$', with_crl, re.M) == ['dd' * 6]
+    assert [line.split()[1:] for line in with_crl.splitlines() if re.match(r'# [0-9a-f]{40} ', line)] == [
+        ['aa' * 20, '/s.crt'], ['bb' * 20, '/s.key'], ['cc' * 20, '/ca.crt'], ['dd' * 20, '/ca.crl']]
+    assert 'shared:edge_tls_none:10m;' in render_tls_settings(None)
 
 
 def locations(conf):

@@ -1230,6 +1230,31 @@ def test_serve_waits_the_rest_of_the_interval_and_never_less_than_nothing():
     assert (rounds.calls, stop.waits) == (3, [0.75, 0.0, 1.0])
 
 
+def test_serve_loads_the_certificates_again_before_the_round_after_a_reload():
+    stop, reload, events = Stop(), threading.Event(), []
+
+    class Reloading:
+        def load_certificates(self):
+            events.append('load')
+
+        def poll(self):
+            events.append('poll')
+            if len(events) == 1:
+                reload.set()  # SIGHUP during the first round
+            if events.count('poll') == 3:
+                stop.set()
+
+    serve(Reloading(), 0.0, stop, reload=reload)
+    assert events == ['poll', 'load', 'poll', 'poll'] and not reload.is_set()
+
+
+def test_load_certificates_replaces_the_context_and_its_connections(tmp_path):
+    breaker = make_breaker(tmp_path, Reader(a=(0, 0), b=(0, 0)))
+    breaker.sources['https://a'] = object()
+    breaker.load_certificates()
+    assert breaker.sources == {}
+
+
 def test_serve_does_nothing_once_stopped():
     stop = threading.Event()
     stop.set()
@@ -1305,8 +1330,10 @@ def test_main_with_a_bad_configuration_returns_2(tmp_path, capsys, setup, fragme
 def test_main_serves_until_sigterm(tmp_path, monkeypatch):
     handlers, served = {}, []
 
-    def fake_serve(breaker, interval, stop):
-        served.append((breaker, interval, stop.is_set()))
+    def fake_serve(breaker, interval, stop, reload):
+        served.append((breaker, interval, stop.is_set(), reload.is_set()))
+        handlers[signal.SIGHUP](signal.SIGHUP, None)
+        assert reload.is_set()
         handlers[signal.SIGTERM](signal.SIGTERM, None)
         served.append('not reached')
 
@@ -1315,8 +1342,8 @@ def test_main_serves_until_sigterm(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         _breaker.main(['--config', write_config(tmp_path, raw_config(tmp_path, interval=2.5))])
     assert exc.value.code == 0
-    [(breaker, interval, stopped)] = served
-    assert isinstance(breaker, Breaker) and (interval, stopped) == (2.5, False)
+    [(breaker, interval, stopped, reloading)] = served
+    assert isinstance(breaker, Breaker) and (interval, stopped, reloading) == (2.5, False, False)
 
 
 def test_main_usage(capsys):
