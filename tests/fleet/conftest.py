@@ -51,10 +51,11 @@ def wait_for(check, timeout=180, step=3):
     return False
 
 
-def play(playbook, *args, passes=True):
+def play(playbook, *args, passes=True, env=None):
     """ansible-playbook PLAYBOOK (a path in this repository) on the lab's inventory with ARGS: its stdout and stderr.
-    It must pass, or (passes=False) fail."""
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    It must pass, or (passes=False) fail. env: more environment variables (fleet.py's fast_run(), say)."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
+               **(env or {}))
     result = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY,
                              str(PROJECT / playbook), *args], capture_output=True, text=True, check=False,
                             cwd=PROJECT, env=env, stdin=subprocess.DEVNULL)
