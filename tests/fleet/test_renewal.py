@@ -6,8 +6,10 @@ No request may fail, every key of a revoked certificate is new, and every daemon
 directors, Prometheus) keep reaching the edges, which refuse their old serials from the run's end. Filebeat's sink
 does not check a CRL: Filebeat restarted after its new certificate and ships again.
 
-It runs with the fleet's deadline tests (marker `alone`): under a steady load, a director that lost its checks
-would show as failed requests within seconds.
+It runs with the fleet's deadline tests (marker `alone`), after test_lvs.py: under a steady load, a director that
+lost its checks would show as failed requests within seconds. Its load leaves more of IPVS's closing entries on one
+node than the other (they count in wlc's choice for two minutes), which test_lvs.py's check that ten requests reach
+both nodes would trip on.
 """
 
 import datetime
