@@ -292,8 +292,9 @@ def test_the_ca_key_never_leaves_the_controller(node):
     assert not [form for form in ca_forms if form in journal]
     for path in keys:
         assert not [form for form in ca_forms if form in node.file(path).content_string], path
+    # used-by-filebeat.sha1: the hashes of the files Filebeat last loaded (certificate pickup), no key material.
     assert node.run("ls /etc/llmops-vllm/pki").stdout.split() == [
-        "ca.crl", "ca.crt", "filebeat.crt", "filebeat.key", "server.crt", "server.key"]
+        "ca.crl", "ca.crt", "filebeat.crt", "filebeat.key", "server.crt", "server.key", "used-by-filebeat.sha1"]
 
 
 def test_the_server_certificate_names_the_node_and_the_vip(node, node_ip):

@@ -1288,7 +1288,8 @@ def write_config(tmp_path, raw):
 
 def test_main_once_end_to_end(tmp_path, edge, capsys):
     edge.counters = {'a': (0, 0), 'b': (5, 0)}
-    path = write_config(tmp_path, raw_config(tmp_path, {'a': edge.url('a'), 'b': edge.url('b')}))
+    # Both nodes answer at once; 5 s, not 0.5, so a busy CI runner does not turn b's read into a failed one.
+    path = write_config(tmp_path, raw_config(tmp_path, {'a': edge.url('a'), 'b': edge.url('b')}, timeout=5.0))
     assert _breaker.main(['--config', path, '--once']) == 0
     out = capsys.readouterr()
     assert out.err == ''
@@ -1303,6 +1304,7 @@ def test_main_once_end_to_end(tmp_path, edge, capsys):
     edge.counters = {'b': (25, 0)}
     assert _breaker.main(['--config', path, '--once']) == 0
     a, b = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert b['error'] is None, b
     assert (a['up'], a['weight'], b['requests']) == (False, 100, 20)  # the second run resumes b's samples
     assert 'answered HTTP 404' in a['error']
 
