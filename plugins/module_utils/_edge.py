@@ -47,6 +47,12 @@ MODEL_API_PATHS = ('/v1/',) + API_PATHS
 _FAULT_PATH = re.compile(r'^/[A-Za-z0-9._/-]{0,127}$')
 
 
+# A path or a size nginx.conf holds unquoted: nothing that would end its directive or add one (a space, a quote,
+# ; { } $ #, a control character), and no .. in a path.
+_SAFE_PATH = re.compile(r'^/[A-Za-z0-9._/@+=,:-]*$')
+_SIZE = re.compile(r'^[0-9]{1,12}[kKmMgG]?$')
+
+
 class EdgePlanError(ValueError):
     """The edge cannot be configured as asked; the message names the host, the problem and the fix."""
 
@@ -148,6 +154,32 @@ def fault_injection(fault, host=None):
     return {'share': float(share), 'status': status, 'paths': paths}
 
 
+def _path(host, variable, value, example):
+    if not isinstance(value, str) or not _SAFE_PATH.match(value) or '/../' in value + '/':
+        _fail(host, '%s is %r, not an absolute path of letters, digits and . _ / @ + = , : - (nginx.conf holds it '
+              'unquoted)' % (variable, value), 'set %s to a path such as %s' % (variable, example))
+    return value
+
+
+def _files(host, settings, tls):
+    """The files nginx.conf names, checked: the TLS files, the drain file, the audit log."""
+    for key in ('certificate', 'key', 'ca', 'crl'):
+        if tls[key] is not None:
+            variable = 'edge_tls_%s' % key if settings.get('tls_%s' % key) else 'the pki role\'s %s file' % key
+            _path(host, variable, tls[key], '/etc/llmops-vllm/pki/server.crt')
+    files = {}
+    for key, example in (('drain_file', '/var/lib/llmops-vllm/edge/draining'),
+                         ('audit_log', '/var/log/llmops-vllm/edge-audit.log')):
+        if settings.get(key) is not None:
+            files[key] = _path(host, 'edge_%s' % key, settings[key], example)
+    size = settings.get('client_max_body_size')
+    if size is not None and not _SIZE.match(str(size)):
+        _fail(host, 'edge_client_max_body_size is %r, not a size nginx reads' % (size,),
+              'write it as a number with an optional k, m or g, e.g. 16m')
+    files['client_max_body_size'] = None if size is None else str(size)
+    return files
+
+
 def _tls(host, settings):
     """The node's certificate, key, CA and CRL: the edge_tls_* settings, else the files the pki role issues."""
     issued = settings.get('pki_files') or {}
@@ -178,7 +210,8 @@ def edge_plan(serving_plan, settings=None, host=None):
     (the host's default IPv4, used when listen_addresses is empty), vips, api_keys [{name, key}], rate_limit
     {rate, burst} or empty, client_rate_limits [{client, rate, burst}], cpus (a cpulist for nginx, may be empty),
     tls_certificate, tls_key, tls_ca, tls_crl (empty: from pki_files), pki_files (the pki plan's files of the host),
-    fault_injection ({share, status, paths} or empty for off).
+    fault_injection ({share, status, paths} or empty for off), drain_file, audit_log, client_max_body_size (each
+    checked for nginx.conf when given).
     """
     settings = dict(settings or {})
     port = settings.get('port')
@@ -242,6 +275,7 @@ def edge_plan(serving_plan, settings=None, host=None):
               'set vllm_reserved_cpus (or edge_cpus) to a cpulist such as 0-1')
     default_model = model_order[0] if len(model_order) == 1 else None
     tls = _tls(host, settings)
+    files = _files(host, settings, tls)
     fault = fault_injection(settings.get('fault_injection'), host)
     endpoints = ['%s:%d' % ('[%s]' % a if ':' in a else a, port) for a in listen]
     lua = {
@@ -271,6 +305,10 @@ def edge_plan(serving_plan, settings=None, host=None):
         'client_rate_limits': client_limits,
         'fault_injection': fault,
         'tls': tls,
+        # Checked for nginx.conf: the drain file /health looks for, the audit log, the request body limit.
+        'drain_file': files.get('drain_file'),
+        'audit_log': files.get('audit_log'),
+        'client_max_body_size': files['client_max_body_size'],
         'cpu_affinity': format_cpulist(cpus),
         'worker_processes': len(cpus) if cpus else 'auto',
         'lua_config': json.dumps(lua, sort_keys=True),

@@ -84,6 +84,34 @@ def _capabilities(gpu, indices):
     return caps
 
 
+# The unit's Environment="NAME=value" lines: a name systemd and a shell accept (lower case too, for http_proxy and
+# its kin); a value without a control character (a newline would start a directive of its own), a double quote or a
+# backslash (either would end or change the quoted value) or a % (a unit specifier).
+_ENV_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+_UNSAFE_IN_UNIT = re.compile(r'[\x00-\x1f\x7f"\\%]')
+_CONTROL = re.compile(r'[\x00-\x1f\x7f]')
+
+
+def check_env(env, variable, fail):
+    """Refuse, through fail(what, fix), an environment (variable: its name in messages) unsafe in a unit."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        fail('%s is %r, not a mapping of variable names to values' % (variable, env), 'write %s as {NAME: value}'
+             % variable)
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            fail('%s has the name %r, which is not an environment variable name' % (variable, key),
+                 'use letters, digits and underscores, not starting with a digit')
+        if value is None or isinstance(value, (Mapping, list)):
+            fail('%s.%s is %r, not a string or a number' % (variable, key, value), 'give it a string or a number')
+        if _UNSAFE_IN_UNIT.search(str(value)):
+            fail('%s.%s is %r: a control character (a newline), a double quote, a backslash or a %% would end the '
+                 'value in the unit file or change it' % (variable, key, str(value)),
+                 'remove those characters from the value')
+    return dict((key, str(value)) for key, value in env.items())
+
+
 def _failer(host, name):
     """fail(what, fix) for one instance of one host: the rules' way to refuse (_serving_rules)."""
     def fail(what, fix):
@@ -189,8 +217,9 @@ def precision_label(dtype, quantization, model_config):
 
 
 def systemd_quote(word):
+    """One word of an ExecStart= line; % is a unit specifier, so a word with one is quoted (and it doubled)."""
     word = str(word)
-    if word and re.match(r'^[A-Za-z0-9_@%+=:,./-]+$', word):
+    if word and re.match(r'^[A-Za-z0-9_@+=:,./-]+$', word):
         return word
     return '"%s"' % word.replace('\\', '\\\\').replace('"', '\\"').replace('%', '%%').replace('$', '$$')
 
@@ -308,6 +337,10 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         raise ServingPlanError('host %s: a tuning trial names instance %s, which this host does not serve. Fix: name '
                                'one of its vllm_instances' % (label, ', '.join(unknown)))
     ports, plans, tuning_warnings = {}, [], []
+
+    def host_fail(what, fix):
+        raise ServingPlanError('host %s: %s. Fix: %s' % (label, what, fix))
+    check_env(settings.get('nccl_env'), 'vllm_server_nccl_env', host_fail)
     for item, placement in zip(instances or [], placements):
         name = placement['name']
         item, tuning_info, warning = tuned_instance(item, install, tuned.get(name), trial.get(name))
@@ -353,6 +386,10 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         _rules.check_parallel(fail, _rules.model_shape(config), placement['tensor_parallel_size'],
                               placement['pipeline_parallel_size'])
         extra_args = [str(a) for a in item.get('extra_args') or []]
+        for arg in extra_args:
+            if _CONTROL.search(arg):
+                _fail(label, name, 'extra_args has %r: a control character (a newline) would start a line of its own '
+                      'in the unit file' % arg, 'remove it from the argument')
         _rules.check_batched_tokens(fail, _int(label, name, item, 'max_num_batched_tokens'),
                                     _int(label, name, item, 'max_num_seqs'), extra_args, max_model_len, context)
         if placement['device'] == 'cpu' and placement['pipeline_parallel_size'] > 1 \
@@ -362,7 +399,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
                   'fails (HTTP 500, "assert self.intermediate_tensors is not None")'
                   % placement['pipeline_parallel_size'],
                   'replace --enforce-eager with --compilation-config \'{"mode":2,"backend":"eager"}\'')
-        env = dict(item.get('env') or {})
+        env = check_env(item.get('env'), 'env', fail)
         clash = sorted(set(env) & set(_RESERVED_ENV))
         if clash:
             _fail(label, name, 'env sets %s, which the placement decides' % ', '.join(clash),

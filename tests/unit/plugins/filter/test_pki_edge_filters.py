@@ -89,6 +89,8 @@ def render_nginx_conf(**settings):
     settings = dict({'port': 8000, 'default_address': '10.0.0.1', 'tls_certificate': '/s.crt', 'tls_key': '/s.key',
                      'tls_ca': '/ca.crt'}, **settings)
     variables = yaml.safe_load((ROLE / 'defaults' / 'main.yml').read_text())
+    for key in ('drain_file', 'audit_log', 'client_max_body_size'):
+        settings.setdefault(key, variables['edge_%s' % key])
     variables.update(yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text()))
     # A role variable built from another, as the role's vars would be templated.
     variables['_edge_fault_file'] = trust_as_template(variables['_edge_fault_file'])
@@ -155,3 +157,11 @@ def test_nginx_conf_hands_the_lua_module_the_fault_file():
     # The fault is only in its file (tasks/fault.yml), so that a game day changes nothing else.
     assert 'fault' not in json.loads(table) and '"share"' not in conf
     assert fault_file == '/etc/nginx/llmops-vllm/fault.json'
+
+
+def test_nginx_conf_holds_the_checked_paths_and_size():
+    conf = render_nginx_conf(drain_file='/run/llmops/draining', audit_log='/srv/log/audit.log',
+                             client_max_body_size='1g')
+    assert 'if (-f /run/llmops/draining) {' in conf
+    assert 'access_log /srv/log/audit.log edge_audit if=$edge_log_this;' in conf
+    assert 'client_max_body_size 1g;' in conf

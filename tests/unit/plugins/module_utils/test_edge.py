@@ -188,6 +188,33 @@ def test_refusals_name_the_host_the_problem_and_the_fix(instances, settings, fra
     refused(instances, *fragments, **settings)
 
 
+# Values nginx.conf holds unquoted: each would end its directive and add its own (a location that exposes vLLM).
+@pytest.mark.parametrize('settings, fragments', [
+    ({'drain_file': '/x; } location /admin/ { proxy_pass http://127.0.0.1:8101; } location = /y { return 200'},
+     ["edge_drain_file is '/x; } location /admin/", 'not an absolute path of letters, digits',
+      'Fix: set edge_drain_file to a path such as /var/lib/llmops-vllm/edge/draining']),
+    ({'drain_file': 'relative/draining'}, ["edge_drain_file is 'relative/draining'"]),
+    ({'drain_file': '/var/lib/../../etc/passwd'}, ['edge_drain_file is']),
+    ({'drain_file': '/a\nb'}, ['edge_drain_file is']),
+    ({'audit_log': '/var/log/a.log main; access_log /tmp/x'}, ["edge_audit_log is '/var/log/a.log main;"]),
+    ({'audit_log': '/var/log/$host.log'}, ['edge_audit_log is']),
+    ({'client_max_body_size': '16m; include /etc/shadow'}, ["edge_client_max_body_size is '16m; include",
+                                                            'e.g. 16m']),
+    ({'tls_certificate': '/s.crt;', 'tls_key': '/s.key', 'tls_ca': '/ca.crt'}, ["edge_tls_certificate is '/s.crt;'"]),
+    ({'tls_crl': '/ca crl'}, ["edge_tls_crl is '/ca crl'"]),
+    ({'pki_files': dict(SETTINGS['pki_files'], crl='/etc/x{y}.crl')}, ["the pki role's crl file is '/etc/x{y}.crl'"]),
+])
+def test_values_that_would_change_nginx_conf_are_refused(settings, fragments):
+    refused(LAB, *fragments, **settings)
+
+
+def test_the_checked_paths_and_size_are_in_the_plan():
+    result = plan(drain_file='/var/lib/llmops-vllm/edge/draining', audit_log='/var/log/llmops-vllm/edge-audit.log',
+                  client_max_body_size='16m')
+    assert (result['drain_file'], result['audit_log'], result['client_max_body_size']) == (
+        '/var/lib/llmops-vllm/edge/draining', '/var/log/llmops-vllm/edge-audit.log', '16m')
+
+
 def test_an_api_key_is_never_in_a_refusal():
     message = refused(LAB, api_keys=[{'name': 'a', 'key': 'has a space but is long enough 0123456789'}])
     assert 'space but' not in message

@@ -129,6 +129,44 @@ def test_bad_lab_instances_are_refused(facts, change, fragments):
     refused(facts, LAB_2CORE_CPU_ONLY, instances, *fragments)
 
 
+# Values that reach the unit file: a newline would add a directive (ExecStartPre=+ runs as root), a quote or a
+# backslash would end or change the quoted value, a % is a unit specifier.
+@pytest.mark.parametrize('change, fragments', [
+    ({'env': {'HF_HOME': '/srv/hf"\nExecStartPre=+/bin/sh -c id'}},
+     ["instance alpha: env.HF_HOME is '/srv/hf\"\\nExecStartPre=+/bin/sh -c id': a control character (a newline)",
+      'Fix: remove those characters from the value']),
+    ({'env': {'A': 'x\ry'}}, ["env.A is 'x\\ry'"]),
+    ({'env': {'A': 'back\\slash'}}, ['env.A is']),
+    ({'env': {'A': '50%n'}}, ['env.A is']),
+    ({'env': {'A B': '1'}}, ["env has the name 'A B', which is not an environment variable name",
+                             'use letters, digits and underscores']),
+    ({'env': {'X\nExecStartPre': '1'}}, ['env has the name']),
+    ({'env': {'1A': '1'}}, ['env has the name']),
+    ({'env': {'A': ['list']}}, ["env.A is ['list'], not a string or a number"]),
+    ({'env': 'A=1'}, ["env is 'A=1', not a mapping of variable names to values"]),
+    ({'extra_args': ['--enable-lora\nExecStartPre=+/bin/id']}, ["extra_args has '--enable-lora\\nExecStartPre",
+                                                                 'a control character (a newline)']),
+])
+def test_values_that_would_change_the_unit_are_refused(facts, change, fragments):
+    instances = [dict(LAB_INSTANCES[0], **change), LAB_INSTANCES[1]]
+    refused(facts, LAB_2CORE_CPU_ONLY, instances, *fragments)
+
+
+def test_nccl_env_is_checked_for_the_host(facts):
+    refused(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, "host node1: vllm_server_nccl_env.NCCL_DEBUG is 'INFO\\n",
+            nccl_env={'NCCL_DEBUG': 'INFO\nExecStartPre=+/bin/id'})
+    env = plan(facts, KUNPENG920_8xA100, [{'name': 'gpu', 'model': '/models/m', 'port': 8101}], install=CUDA_INSTALL,
+               nccl_env={'NCCL_IB_HCA': 'mlx5', 'http_proxy': 'http://proxy:3128', 'NCCL_NTHREADS': 4}
+               )['instances'][0]['environment']
+    assert (env['NCCL_IB_HCA'], env['http_proxy'], env['NCCL_NTHREADS']) == ('mlx5', 'http://proxy:3128', '4')
+
+
+def test_an_argument_with_a_percent_sign_is_quoted_with_it_doubled(facts):
+    args = ['--override-generation-config', '{"temperature": 0.5}', '--tag=50%']
+    alpha = plan(facts, LAB_2CORE_CPU_ONLY, [dict(LAB_INSTANCES[0], extra_args=args)])['instances'][0]
+    assert alpha['exec_start'].endswith('"{\\"temperature\\": 0.5}" "--tag=50%%"'), alpha['exec_start']
+
+
 def test_missing_model_path_is_refused_unless_copied_from_the_controller(facts):
     refused(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, 'the model path /var/lib/vllm/models/tiny does not exist',
             'model_src', exists=False)
