@@ -26,11 +26,12 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._cpulist import format_cpulist, parse_cpulist
+from ansible_collections.llmops.vllm.plugins.module_utils._safe_text import (
+    PATH_RULE, SERVED_MODEL_NAME, SERVED_MODEL_NAME_RULE, safe_path)
 
 # Served model names go into nginx and Lua strings: no quotes, spaces, braces or '$'.
-_MODEL = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$')
-_CLIENT = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$')
-_RATE = re.compile(r'^[1-9][0-9]{0,6}r/[sm]$')
+_CLIENT = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}\Z')
+_RATE = re.compile(r'^[1-9][0-9]{0,6}r/[sm]\Z')
 MIN_API_KEY_LENGTH = 32
 # vLLM's inference endpoints besides /v1/*: the only ones the edge exposes (no /server_info, /sleep, ...).
 API_PATHS = ('/tokenize', '/detokenize', '/version', '/pooling', '/classify', '/score', '/rerank')
@@ -44,13 +45,11 @@ NGINX_NO_ANSWER = (444, 499)
 # The model API paths (the requests the edge routes to vLLM): what fault injection picks from by default.
 # For /instances/<name>/<path>, <path> is matched.
 MODEL_API_PATHS = ('/v1/',) + API_PATHS
-_FAULT_PATH = re.compile(r'^/[A-Za-z0-9._/-]{0,127}$')
+_FAULT_PATH = re.compile(r'^/[A-Za-z0-9._/-]{0,127}\Z')
 
 
-# A path or a size nginx.conf holds unquoted: nothing that would end its directive or add one (a space, a quote,
-# ; { } $ #, a control character), and no .. in a path.
-_SAFE_PATH = re.compile(r'^/[A-Za-z0-9._/@+=,:-]*$')
-_SIZE = re.compile(r'^[0-9]{1,12}[kKmMgG]?$')
+# A size nginx.conf holds unquoted (paths: _safe_text).
+_SIZE = re.compile(r'^[0-9]{1,12}[kKmMgG]?\Z')
 
 
 class EdgePlanError(ValueError):
@@ -155,9 +154,9 @@ def fault_injection(fault, host=None):
 
 
 def _path(host, variable, value, example):
-    if not isinstance(value, str) or not _SAFE_PATH.match(value) or '/../' in value + '/':
-        _fail(host, '%s is %r, not an absolute path of letters, digits and . _ / @ + = , : - (nginx.conf holds it '
-              'unquoted)' % (variable, value), 'set %s to a path such as %s' % (variable, example))
+    if not safe_path(value):
+        _fail(host, '%s is %r, not %s (nginx.conf holds it unquoted)' % (variable, value, PATH_RULE),
+              'set %s to a path such as %s' % (variable, example))
     return value
 
 
@@ -229,9 +228,9 @@ def edge_plan(serving_plan, settings=None, host=None):
             _fail(host, 'port %d is the edge\'s service port (edge_port)' % port,
                   'give the instance a port in vllm_server_port_range, or change edge_port', instance=name)
         model = item['served_model_name']
-        if not _MODEL.match(model):
+        if not SERVED_MODEL_NAME.match(model):
             _fail(host, 'served_model_name %r has characters the edge cannot route safely' % model,
-                  'use letters, digits and . _ : / @ + - (at most 128), e.g. meta-llama/Llama-3.1-8B', instance=name)
+                  'use %s' % SERVED_MODEL_NAME_RULE, instance=name)
         if model not in models:
             models[model] = {'name': model, 'upstream': 'model_%d' % len(model_order), 'instances': []}
             model_order.append(model)

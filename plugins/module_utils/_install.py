@@ -19,6 +19,7 @@ import re
 
 from ansible_collections.llmops.vllm.plugins.module_utils._build import BuildPlanError, build_plan
 from ansible_collections.llmops.vllm.plugins.module_utils._cuda import driver_supports
+from ansible_collections.llmops.vllm.plugins.module_utils._safe_text import PATH_RULE, safe_path
 from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import CLI_ENV
 
 SOURCES = ('pypi', 'wheelhouse', 'source')
@@ -225,6 +226,13 @@ def install_plan(settings, arch, gpu=None, probes=None, host=None, numa=None):
             _check_toolchain(probes, host)
 
     tag = settings.get('tag') or '%s-%s' % (normalize(package), version)
+    # The venv's path goes into the units' ExecStart as it is.
+    if settings.get('root') and not safe_path(settings['root']):
+        _fail(host, 'vllm_install_root is %r, not %s' % (settings['root'], PATH_RULE),
+              'set vllm_install_root to a path such as /opt/vllm')
+    if not re.match(r'^[A-Za-z0-9][A-Za-z0-9._+-]*\Z', str(tag)):
+        _fail(host, 'vllm_install_tag is %r, not a directory name of letters, digits and . _ + -' % (tag,),
+              'set vllm_install_tag to a name such as vllm-0.32.0, or leave it empty')
     prefix = '%s/%s' % (settings.get('root') or '/opt/vllm', tag)
     # A source build's dependencies come from the wheelhouse when there is one (air-gapped), else the index.
     if source == 'wheelhouse' or (source == 'source' and settings.get('wheelhouse_dir')):

@@ -20,7 +20,7 @@ import ipaddress
 import re
 
 SCHEDULERS = ('rr', 'wrr', 'lc', 'wlc', 'lblc', 'lblcr', 'dh', 'sh', 'sed', 'nq', 'fo', 'ovf', 'mh')
-_INTERFACE = re.compile(r'^[A-Za-z0-9_.:-]{1,15}$')
+_INTERFACE = re.compile(r'^[A-Za-z0-9_.:-]{1,15}\Z')
 BREAKER_DEFAULTS = {
     'enabled': True,
     'window': 30,
@@ -225,6 +225,10 @@ def lvs_plan(nodes, directors, settings, host=None):
     if len(auth) > 8:
         _fail(host, 'lvs_director_vrrp_auth_pass is %d characters; VRRPv2 PASS authentication uses at most 8'
               % len(auth), 'use a secret of 8 characters or fewer')
+    # keepalived.conf holds it as it is: a space, # or ! cuts it short, a newline or a brace ends its block.
+    if auth and not re.match(r'^[A-Za-z0-9._+=@/-]{1,8}\Z', auth):
+        _fail(host, 'lvs_director_vrrp_auth_pass has characters keepalived.conf cannot hold (it is not shown here)',
+              'use letters, digits and . _ + = @ / - only')
     warnings = []
     if vrrp_on and not auth:
         warnings.append('host %s: lvs_director: VRRP runs without authentication; any host on the segment can claim '

@@ -22,10 +22,12 @@ import re
 
 from collections.abc import Mapping
 
-_NAME = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}$')
+from ansible_collections.llmops.vllm.plugins.module_utils._safe_text import PATH_RULE, safe_path
+
+_NAME = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}\Z')
 _DNS = re.compile(r'^(?=.{1,253}$)(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}'
                   r'[A-Za-z0-9])?)*$')
-_OU = re.compile(r'^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$')
+_OU = re.compile(r'^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}\Z')
 KEY_ALGORITHMS = {
     'ecdsa-p256': {'type': 'ECC', 'curve': 'secp256r1'},
     'ecdsa-p384': {'type': 'ECC', 'curve': 'secp384r1'},
@@ -143,6 +145,10 @@ def pki_plan(settings, identity=None, host=None):
     if not directory.startswith('/'):
         _fail(host, 'the certificate directory %r is not an absolute path' % directory,
               'set pki_host_dir (on the hosts) or pki_dir (on the controller) to an absolute path')
+    # Its paths go into nginx.conf, keepalived.conf, redis.conf and units as they are.
+    if not settings.get('application') and not safe_path(directory):
+        _fail(host, 'pki_host_dir %r is not %s; the daemons\' configuration files hold its paths as they are'
+              % (directory, PATH_RULE), 'set pki_host_dir to a path such as /etc/llmops-vllm/pki')
     certificates = []
     if settings.get('application'):
         for item in settings.get('clients') or []:

@@ -20,6 +20,7 @@ unless asked for, and then listens on loopback only (the edge's business).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.llmops.vllm.plugins.module_utils._safe_text import PATH_RULE, safe_path
 from ansible_collections.llmops.vllm.plugins.module_utils._serving import systemd_quote
 from ansible_collections.llmops.vllm.plugins.module_utils._serving_span import RAY_UNIT
 
@@ -54,6 +55,11 @@ def ray_plan(settings, ranks=None, host=None):
     """
     settings = dict(settings or {})
     label = host or 'this host'
+    # The unit holds both as they are (ExecStart, ReadWritePaths).
+    for key, example in (('venv', '/opt/ray/venv'), ('temp_dir', '/var/lib/ray/tmp')):
+        if settings.get(key) and not safe_path(settings[key]):
+            _fail(label, 'ray_cluster_%s is %r, not %s' % (key, settings[key], PATH_RULE),
+                  'set ray_cluster_%s to a path such as %s' % (key, example))
     ray_ranks = [r for r in ranks or [] if r.get('backend') == 'ray']
     heads = set((r['head'], r['port']) for r in ray_ranks)
     if len(heads) > 1:

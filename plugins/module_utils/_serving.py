@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.llmops.vllm.plugins.module_utils._placement import PlacementError, vllm_placement
+from ansible_collections.llmops.vllm.plugins.module_utils._safe_text import (
+    CONTROL, HUB_ID, PATH_RULE, SERVED_MODEL_NAME, SERVED_MODEL_NAME_RULE, safe_path)
 from ansible_collections.llmops.vllm.plugins.module_utils import _sealing
 from ansible_collections.llmops.vllm.plugins.module_utils import _serving_rules as _rules
 from ansible_collections.llmops.vllm.plugins.module_utils._serving_span import span_part
@@ -37,7 +39,7 @@ from ansible_collections.llmops.vllm.plugins.module_utils._vllm_cli import OFFLI
 KEEP_ALIVE_ENV = {'VLLM_HTTP_TIMEOUT_KEEP_ALIVE': '60'}
 
 # The instance-name rule: the name becomes the systemd unit vllm-<name>.service and the edge's /instances/<name>.
-INSTANCE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}$')
+INSTANCE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,39}\Z')
 # A model key's name: it names the credential file /etc/llmops/credentials/model-<name>.cred.
 KEY_NAME = re.compile(r'^[a-z0-9][a-z0-9_-]{0,39}$')
 # LoadCredentialEncrypted= came with systemd 250.
@@ -87,9 +89,10 @@ def _capabilities(gpu, indices):
 # The unit's Environment="NAME=value" lines: a name systemd and a shell accept (lower case too, for http_proxy and
 # its kin); a value without a control character (a newline would start a directive of its own), a double quote or a
 # backslash (either would end or change the quoted value) or a % (a unit specifier).
-_ENV_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+_ENV_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*\Z')
 _UNSAFE_IN_UNIT = re.compile(r'[\x00-\x1f\x7f"\\%]')
-_CONTROL = re.compile(r'[\x00-\x1f\x7f]')
+# NCCL_SOCKET_IFNAME: interface names or prefixes, comma-separated, optionally after ^ (exclude) or = (exact).
+_IFNAMES = re.compile(r'^[\^=]?[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*\Z')
 
 
 def check_env(env, variable, fail):
@@ -217,11 +220,14 @@ def precision_label(dtype, quantization, model_config):
 
 
 def systemd_quote(word):
-    """One word of an ExecStart= line; % is a unit specifier, so a word with one is quoted (and it doubled)."""
+    """One word of an ExecStart= line: quoted where needed, % doubled (a unit specifier), control characters as C
+    escapes (systemd reads them back)."""
     word = str(word)
-    if word and re.match(r'^[A-Za-z0-9_@+=:,./-]+$', word):
+    if word and re.match(r'^[A-Za-z0-9_@+=:,./-]+\Z', word):
         return word
-    return '"%s"' % word.replace('\\', '\\\\').replace('"', '\\"').replace('%', '%%').replace('$', '$$')
+    quoted = word.replace('\\', '\\\\').replace('"', '\\"').replace('%', '%%').replace('$', '$$')
+    # A control character as a C escape: a newline in the file would start a directive of its own.
+    return '"%s"' % CONTROL.sub(lambda m: '\\x%02x' % ord(m.group()), quoted)
 
 
 def _model_src(host, name, item, probes):
@@ -341,6 +347,13 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
     def host_fail(what, fix):
         raise ServingPlanError('host %s: %s. Fix: %s' % (label, what, fix))
     check_env(settings.get('nccl_env'), 'vllm_server_nccl_env', host_fail)
+    for key, example in (('cache_dir', '/var/cache/vllm/instances'), ('credential_dir', '/etc/llmops/credentials')):
+        if settings.get(key) and not safe_path(settings[key]):
+            host_fail('vllm_server_%s is %r, not %s (the unit holds it as it is)' % (key, settings[key], PATH_RULE),
+                      'set vllm_server_%s to a path such as %s' % (key, example))
+    if settings.get('nccl_socket_ifname') and not _IFNAMES.match(str(settings['nccl_socket_ifname'])):
+        host_fail('vllm_server_nccl_socket_ifname is %r, not interface names (comma-separated, after an optional ^ '
+                  'or =)' % (settings['nccl_socket_ifname'],), 'set it to interfaces such as bond0 or ^docker,lo')
     for item, placement in zip(instances or [], placements):
         name = placement['name']
         item, tuning_info, warning = tuned_instance(item, install, tuned.get(name), trial.get(name))
@@ -361,6 +374,13 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
         if not model or not isinstance(model, str):
             _fail(label, name, 'model is missing', 'set model to a local path (or a hub id where the hub is reachable)')
         local = model.startswith('/')
+        if not (safe_path(model) if local else HUB_ID.match(model)):
+            _fail(label, name, 'model %r is neither %s nor a hub id (owner/name of letters, digits and . _ -)'
+                  % (model, PATH_RULE), 'correct model; the unit holds it as it is')
+        served = item.get('served_model_name')
+        if served is not None and not (isinstance(served, str) and SERVED_MODEL_NAME.match(served)):
+            _fail(label, name, 'served_model_name %r is not a name requests can give' % (served,),
+                  'use %s' % SERVED_MODEL_NAME_RULE)
         if not local and not settings.get('hub_access'):
             _fail(label, name, 'model %r is a hub id, and this host may not reach the hub (vllm_server_hub_access is '
                   'false)' % model, 'pre-stage the model and set model to its path, or set model_src to a directory '
@@ -387,7 +407,7 @@ def serving_plan(instances, gpu, numa, install, probes=None, settings=None, host
                               placement['pipeline_parallel_size'])
         extra_args = [str(a) for a in item.get('extra_args') or []]
         for arg in extra_args:
-            if _CONTROL.search(arg):
+            if CONTROL.search(arg):
                 _fail(label, name, 'extra_args has %r: a control character (a newline) would start a line of its own '
                       'in the unit file' % arg, 'remove it from the argument')
         _rules.check_batched_tokens(fail, _int(label, name, item, 'max_num_batched_tokens'),

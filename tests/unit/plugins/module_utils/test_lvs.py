@@ -122,6 +122,8 @@ def test_no_authentication_is_a_warning():
     ({'weight': 300}, 'lvs_director_weight is 300'),
     ({'health_delay_loop': 0}, 'lvs_director_health_delay_loop is 0'),
     ({'auth_pass': 'much-too-long'}, 'at most 8'),
+    ({'auth_pass': 'x\n}\n}'}, 'lvs_director_vrrp_auth_pass has characters keepalived.conf cannot hold'),
+    ({'auth_pass': 'a b#c'}, 'use letters, digits and . _ + = @ / - only'),
     ({'breaker': {'threshold': 5}}, 'lvs_director_breaker.threshold is 5'),
     ({'breaker': {'windw': 5}}, 'unknown keys windw'),
     ({'breaker': {'cooldown': 60, 'max_cooldown': 30}}, 'max_cooldown (30) is below cooldown (60)'),

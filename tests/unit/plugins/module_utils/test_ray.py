@@ -63,6 +63,9 @@ def test_a_cluster_for_other_work_names_its_head():
     ({'head': 'gpu-node01', 'object_store_bytes': 1 << 20}, [], 'ray_cluster_object_store_bytes must be'),
     ({'head': 'gpu-node01', 'ports': dict(PORTS, min_worker=20000)}, [], 'min_worker is above max_worker'),
     ({'head': 'gpu-node01', 'ports': {'node_manager': 6380}}, [], 'ray_cluster_ports lacks object_manager'),
+    ({'head': 'gpu-node01', 'temp_dir': '/var/lib/ray/tmp\nExecStartPre=+/bin/id'}, [],
+     "ray_cluster_temp_dir is '/var/lib/ray/tmp\\nExecStartPre=+/bin/id', not an absolute path"),
+    ({'head': 'gpu-node01', 'venv': '/opt/ray venv'}, [], "ray_cluster_venv is '/opt/ray venv', not"),
 ])
 def test_refusals_name_the_host_and_the_fix(settings, ranks, fragment):
     with pytest.raises(RayPlanError) as error:

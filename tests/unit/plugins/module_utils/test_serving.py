@@ -11,7 +11,7 @@ import json
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils._serving import (
-    ServingPlanError, precision_label, serving_plan)
+    ServingPlanError, precision_label, serving_plan, systemd_quote)
 from ansible_collections.llmops.vllm.tests.unit.fixtures.topologies import (
     KUNPENG920_8xA100,
     LAB_2CORE_CPU_ONLY,
@@ -144,6 +144,10 @@ def test_bad_lab_instances_are_refused(facts, change, fragments):
     ({'env': {'1A': '1'}}, ['env has the name']),
     ({'env': {'A': ['list']}}, ["env.A is ['list'], not a string or a number"]),
     ({'env': 'A=1'}, ["env is 'A=1', not a mapping of variable names to values"]),
+    ({'model': '/var/lib/vllm/models/tiny\nExecStartPre=+/bin/id'}, ["model '/var/lib/vllm/models/tiny\\nExec",
+                                                                      'is neither an absolute path']),
+    ({'model': 'org/model name'}, ["model 'org/model name' is neither"]),
+    ({'served_model_name': 'tiny\n[Service]'}, ["served_model_name 'tiny\\n[Service]' is not a name requests can"]),
     ({'extra_args': ['--enable-lora\nExecStartPre=+/bin/id']}, ["extra_args has '--enable-lora\\nExecStartPre",
                                                                  'a control character (a newline)']),
 ])
@@ -159,6 +163,20 @@ def test_nccl_env_is_checked_for_the_host(facts):
                nccl_env={'NCCL_IB_HCA': 'mlx5', 'http_proxy': 'http://proxy:3128', 'NCCL_NTHREADS': 4}
                )['instances'][0]['environment']
     assert (env['NCCL_IB_HCA'], env['http_proxy'], env['NCCL_NTHREADS']) == ('mlx5', 'http://proxy:3128', '4')
+
+
+@pytest.mark.parametrize('settings, fragment', [
+    ({'cache_dir': '/var/cache/vllm\nExecStartPre=+/bin/id'}, "vllm_server_cache_dir is '/var/cache/vllm\\nExec"),
+    ({'credential_dir': '/etc/llmops/credentials x'}, "vllm_server_credential_dir is '/etc/llmops/credentials x'"),
+    ({'nccl_socket_ifname': 'bond0"\nExecStartPre=+/bin/id'}, "vllm_server_nccl_socket_ifname is 'bond0"),
+])
+def test_host_settings_the_unit_holds_are_checked(facts, settings, fragment):
+    refused(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, 'host node1: ' + fragment, 'Fix: ', **settings)
+    assert plan(facts, LAB_2CORE_CPU_ONLY, LAB_INSTANCES, nccl_socket_ifname='^docker,lo')['units']
+
+
+def test_a_control_character_in_an_argument_is_a_c_escape():
+    assert systemd_quote('a\nb') == '"a\\x0ab"'
 
 
 def test_an_argument_with_a_percent_sign_is_quoted_with_it_doubled(facts):
