@@ -173,8 +173,8 @@ def test_wheel_requirements_skip_extras_direct_references_and_dropped():
      ['vllm 0.99.1 does not exist on https://pypi.org/simple (newest: 0.10.2, 0.11.0)']),
     (dict(source='bogus'), ["vllm_install_source is 'bogus'"]),
     (dict(device='tpu'), ["vllm_install_device is 'tpu'"]),
-    (dict(root='/opt/vllm\nExecStartPre=+/bin/id'), ["vllm_install_root is '/opt/vllm\\nExecStartPre",
-                                                      'not an absolute']),
+    (dict(root='/opt/vllm\nExecStartPre=+/bin/id'),
+     ["vllm_install_root is '/opt/vllm\\nExecStartPre", 'not an absolute']),
     (dict(tag='x y'), ["vllm_install_tag is 'x y', not a directory name"]),
 ])
 def test_cpu_host_refusals(facts, kwargs, fragments):

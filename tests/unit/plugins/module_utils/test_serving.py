@@ -144,12 +144,12 @@ def test_bad_lab_instances_are_refused(facts, change, fragments):
     ({'env': {'1A': '1'}}, ['env has the name']),
     ({'env': {'A': ['list']}}, ["env.A is ['list'], not a string or a number"]),
     ({'env': 'A=1'}, ["env is 'A=1', not a mapping of variable names to values"]),
-    ({'model': '/var/lib/vllm/models/tiny\nExecStartPre=+/bin/id'}, ["model '/var/lib/vllm/models/tiny\\nExec",
-                                                                      'is neither an absolute path']),
+    ({'model': '/var/lib/vllm/models/tiny\nExecStartPre=+/bin/id'},
+     ["model '/var/lib/vllm/models/tiny\\nExec", 'is neither an absolute path']),
     ({'model': 'org/model name'}, ["model 'org/model name' is neither"]),
     ({'served_model_name': 'tiny\n[Service]'}, ["served_model_name 'tiny\\n[Service]' is not a name requests can"]),
-    ({'extra_args': ['--enable-lora\nExecStartPre=+/bin/id']}, ["extra_args has '--enable-lora\\nExecStartPre",
-                                                                 'a control character (a newline)']),
+    ({'extra_args': ['--enable-lora\nExecStartPre=+/bin/id']},
+     ["extra_args has '--enable-lora\\nExecStartPre", 'a control character (a newline)']),
 ])
 def test_values_that_would_change_the_unit_are_refused(facts, change, fragments):
     instances = [dict(LAB_INSTANCES[0], **change), LAB_INSTANCES[1]]
