@@ -10,8 +10,10 @@
 
 The vLLM instances and the edges come from the nodes' summaries (llmops_node, docs/node-summary.md), never decided
 again here: each instance's metrics URL through its node's edge (mTLS), each edge's counters. Node exporter runs on
-every host given; dcgm-exporter on the nodes that serve an instance on GPUs. The role renders the result into
-file_sd target files and Prometheus' scrape jobs.
+every host given; dcgm-exporter on the nodes that serve an instance on GPUs. With a blackbox exporter, every TLS
+endpoint of the fleet is probed for the certificate it serves: each edge's own addresses and VIPs (from the
+summaries) and the other TLS servers given (the log sinks). The role renders the result into file_sd target files
+and Prometheus' scrape jobs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +26,7 @@ from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible_collections.llmops.vllm.plugins.module_utils._node import serves_on_gpu
 
 # The scrape jobs, in the order Prometheus' configuration lists them; the alert pack and the dashboards use these names.
-JOBS = ('vllm', 'llmops_edge', 'node', 'dcgm')
+JOBS = ('vllm', 'llmops_edge', 'node', 'dcgm', 'tls')
 _DURATION = re.compile(r'^([0-9]+(ms|s|m|h))+$')
 _TLS_FILES = ('certificate', 'key', 'ca')
 
@@ -46,6 +48,12 @@ def _split(host, node, name, url):
     return parts.netloc, parts.path
 
 
+def _seconds(duration):
+    """A Prometheus duration (checked by _DURATION) in seconds."""
+    units = {'ms': 0.001, 's': 1, 'm': 60, 'h': 3600}
+    return sum(int(number) * units[unit] for number, unit in re.findall(r'([0-9]+)(ms|s|m|h)', duration))
+
+
 def _port(host, name, value):
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         _fail(host, '%s is %r, not a port number' % (name, value), 'set %s to a port from 1 to 65535' % name)
@@ -60,6 +68,41 @@ def _group(target, path, labels):
     """One file_sd entry: a target, its metrics path (a per-target __metrics_path__) and its labels."""
     return {'targets': [target], 'labels': dict(labels, __metrics_path__=path)} if path else \
         {'targets': [target], 'labels': dict(labels)}
+
+
+# The blackbox exporter's modules (roles/monitoring/templates/blackbox.yml.j2): an edge's /health (200, or 503 while
+# draining) and Redis' PING, each after the TLS handshake with Prometheus' client certificate; the handshake alone.
+PROBE_MODULES = ('llmops_tls_edge', 'llmops_tls_redis', 'llmops_tls')
+_ENDPOINT = re.compile(r'^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5}$')
+_WORD = re.compile(r'^[a-z][a-z0-9_]*$')
+
+
+def _tls_targets(host, nodes, others):
+    """The TLS endpoints to probe: each node's own endpoints, the VIPs' once each, then the other servers."""
+    targets, seen = [], set()
+
+    def add(endpoint, module, labels):
+        if endpoint not in seen:
+            seen.add(endpoint)
+            targets.append(_group(endpoint, None, dict(labels, instance=endpoint, __param_module=module)))
+    for summary in nodes:
+        for endpoint in summary.get('endpoints') or [_endpoint(summary['address'], summary['port'])]:
+            add(endpoint, 'llmops_tls_edge', {'node': summary.get('host'), 'server': 'edge'})
+    for summary in nodes:
+        for endpoint in summary.get('vip_endpoints') or []:
+            add(endpoint, 'llmops_tls_edge', {'server': 'vip'})
+    for item in others:
+        other = item if isinstance(item, dict) else {}
+        module = other.get('module', 'llmops_tls')
+        if not (isinstance(other.get('name'), str) and other['name']
+                and _ENDPOINT.match(str(other.get('endpoint') or ''))
+                and _WORD.match(str(other.get('server') or '')) and module in PROBE_MODULES):
+            _fail(host, 'a TLS endpoint to probe is %r, not {name, endpoint: host:port, server: a lower-case word, '
+                  'module: one of %s}' % (item, ', '.join(PROBE_MODULES)),
+                  'correct that item of monitoring_tls_probe_endpoints (a log sink without an address: gather its '
+                  'facts in this run)')
+        add(other['endpoint'], module, {'node': other['name'], 'server': other['server']})
+    return targets
 
 
 def _node_targets(host, summary, dcgm_port):
@@ -87,17 +130,26 @@ def monitoring_plan(nodes, exporters, settings, host=None):
 
     nodes: the vLLM nodes' summaries (llmops_node); exporters: every host to scrape node exporter on, as
     {name, address}; settings: the role's monitoring_* settings without the prefix (client, node_exporter_port,
-    dcgm_exporter_port (0: none), file_sd_dir, scrape_interval, scrape_timeout).
+    dcgm_exporter_port (0: none), file_sd_dir, scrape_interval, scrape_timeout), blackbox (the blackbox exporter's
+    host:port, empty: no TLS probes), tls_probe_interval and tls_probe_endpoints ({name, endpoint, server, module} each,
+    TLS servers other than the edges, module one of PROBE_MODULES, default the handshake alone).
     """
     client = settings.get('client') or {}
     missing = [name for name in _TLS_FILES if not client.get(name)]
     if missing:
         _fail(host, 'the Prometheus client certificate lacks %s' % ', '.join(missing),
               'list the client in pki_host_clients on this host and run the pki role before this one (site.yml does)')
-    for name in ('scrape_interval', 'scrape_timeout'):
+    blackbox = settings.get('blackbox') or ''
+    durations = ('scrape_timeout', 'scrape_interval') + (('tls_probe_interval',) if blackbox else ())
+    for name in durations:
         if not _DURATION.match(str(settings.get(name) or '')):
             _fail(host, 'monitoring_%s is %r, not a Prometheus duration' % (name, settings.get(name)),
                   'write it as Prometheus does, e.g. 15s or 1m')
+    for name in durations[1:]:
+        if _seconds(settings[name]) < _seconds(settings['scrape_timeout']):
+            _fail(host, 'monitoring_%s %s is shorter than monitoring_scrape_timeout %s, which Prometheus refuses'
+                  % (name, settings[name], settings['scrape_timeout']),
+                  'make monitoring_%s at least monitoring_scrape_timeout' % name)
     node_port = _port(host, 'llmops_node_exporter_port', settings.get('node_exporter_port'))
     dcgm_port = settings.get('dcgm_exporter_port') or 0
     if dcgm_port:
@@ -115,6 +167,8 @@ def monitoring_plan(nodes, exporters, settings, host=None):
                   'gather that host\'s facts in this run (do not --limit it out), or set its ansible_host')
         targets['node'].append(_group(_endpoint(exporter['address'], node_port), None,
                                       {'instance': exporter['name'], 'node': exporter['name']}))
+    if blackbox:
+        targets['tls'] = _tls_targets(host, nodes, settings.get('tls_probe_endpoints') or [])
 
     tls = {'ca_file': client['ca'], 'cert_file': client['certificate'], 'key_file': client['key'],
            'min_version': 'TLS13'}
@@ -129,6 +183,14 @@ def monitoring_plan(nodes, exporters, settings, host=None):
         if job == 'node':
             # Textfile series keep their own labels: the breaker's node is the real server, not the director.
             scrape['honor_labels'] = True
+        if job == 'tls':
+            if not blackbox:
+                continue
+            # Each target is probed through the blackbox exporter: /probe?target=<endpoint>&module=<its module>.
+            relabel = [{'source_labels': ['__address__'], 'target_label': '__param_target'},
+                       {'target_label': '__address__', 'replacement': blackbox}]
+            scrape.update(scrape_interval=settings['tls_probe_interval'], metrics_path='/probe',
+                          relabel_configs=relabel)
         jobs.append(scrape)
     warnings = []
     if not nodes:

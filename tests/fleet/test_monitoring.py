@@ -2,12 +2,15 @@
 nodes' vLLM CPU instances through their TLS edges with the Prometheus client certificate; Filebeat on the nodes
 ships to the Redis log sink on lab-mon1.
 
-The tests run in file order: the vLLM targets up, traffic, series and recording rules, the name guard, the
-dashboards' panels (the directors' breaker panel included), log shipping through NODE (audit lines, the sink down
-under load, a killed engine's lines tagged), then the alert (NODE's instance stopped). The lab-wide checks (every
-job's instances, the directors' series, both nodes' audit lines) are test_observability.py's.
+The tests run in file order: the vLLM targets up, the TLS probes (every endpoint serves its host's certificate file;
+NODE's fingerprint changed in its textfile makes the served-certificate alert pending), traffic, series and
+recording rules, the name guard, the dashboards' panels (the directors' breaker panel included), log shipping
+through NODE (audit lines, the sink down under load, a killed engine's lines tagged), then the alert (NODE's
+instance stopped). The lab-wide checks (every job's instances, the directors' series, both nodes' audit lines) are
+test_observability.py's.
 
 What they change, and how they put it back:
+- NODE's pki textfile: its fingerprint put back in a finally, and the alert gone before the test ends;
 - the sink down for 30 s: Redis started again in a finally; the test then waits until every node's Filebeat has
   shipped a new audit line;
 - a dead engine: systemd restarts NODE's instance (restarted by hand if it does not); the test waits until it
@@ -31,10 +34,10 @@ RULES = "/etc/prometheus/rules"
 ALERT_PACK_TESTS = PROJECT / "tests" / "unit" / "roles" / "monitoring" / "alert_pack.test.yml"
 DASHBOARDS = "/var/lib/llmops-vllm/dashboards"
 PKI = "/etc/llmops-vllm/pki"
-# The names the installed vLLM exports (its `vllm:` series and its HTTP instrumentator's), the fleet's own and the
-# directors' breaker's.
+# The names the installed vLLM exports (its `vllm:` series and its HTTP instrumentator's), the fleet's own, the
+# directors' breaker's and the blackbox exporter's.
 CHECKED = re.compile(r"\b(vllm:[a-z0-9_:]+|http_request[a-z0-9_]*|llmops_edge_[a-z0-9_]+|llmops_breaker_[a-z0-9_]+"
-                     r"|node_[a-z0-9_]+)\b")
+                     r"|node_[a-z0-9_]+|probe_[a-z0-9_]+|llmops_certificate_[a-z0-9_]+|llmops_crl_[a-z0-9_]+)\b")
 # Not in the lab: no GPU (dcgm-exporter, the GPU facts' textfile).
 ABSENT_HERE = re.compile(r"^(DCGM_|llmops_gpu_)")
 ADDRESS = "ip -4 -o route get 1.1.1.1 | sed -E 's/.* src ([0-9.]+).*/\\1/'"
@@ -74,13 +77,17 @@ def test_the_configuration_passes_promtool_with_its_files(prom):
     prom.check_output("promtool check config /etc/prometheus/prometheus.yml")
     prom.check_output("promtool check rules %s/*.yml" % RULES)
     prom.check_output("amtool check-config /etc/prometheus/alertmanager.yml")
+    # A receiver's secrets: Alertmanager's user only.
+    config = prom.file("/etc/prometheus/alertmanager.yml")
+    assert (config.user, config.group, config.mode) == ("root", "prometheus", 0o640)
+    assert prom.run("runuser -u nobody -- cat /etc/prometheus/alertmanager.yml").rc != 0
 
 
 def test_every_target_is_up_through_the_edges_mtls(prom):
     def all_up():
         targets = api(prom, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
         jobs = dict((t["labels"]["job"], t) for t in targets)
-        return set(jobs) >= {"vllm", "llmops_edge", "node", "prometheus", "alertmanager"} and \
+        return set(jobs) >= {"vllm", "llmops_edge", "node", "prometheus", "alertmanager", "tls"} and \
             all(t["health"] == "up" for t in targets)
     assert wait_for(all_up, timeout=120, step=3), api(prom, "http://127.0.0.1:9090/api/v1/targets")
     vllm = vllm_targets(prom)
@@ -99,6 +106,62 @@ def test_a_scrape_without_the_client_certificate_is_refused(prom):
     for url in [t["scrapeUrl"] for t in vllm_targets(prom)]:
         out = prom.check_output("python3 -c %s %s %s/ca.crt" % (shlex.quote(script), shlex.quote(url), PKI))
         assert out != "open", (url, out)
+
+
+# The TLS probes: what the served-certificate alerts watch.
+
+TEXTFILE = "/var/lib/prometheus/node-exporter/llmops_pki.prom"
+NOT_ON_DISK = 'probe_ssl_last_chain_info{job="tls"} unless on (fingerprint_sha256) llmops_certificate_info'
+
+
+def fingerprint(host, path="%s/server.crt" % PKI):
+    """A certificate file's SHA-256 fingerprint as the blackbox exporter prints a served one."""
+    out = host.check_output("openssl x509 -noout -fingerprint -sha256 -in %s" % path)
+    return out.split("=", 1)[1].replace(":", "").lower()
+
+
+def tls_targets(prom):
+    return json.loads(prom.file("/etc/prometheus/file_sd/llmops-tls.json").content_string)
+
+
+def test_every_tls_endpoint_serves_the_certificate_on_its_disk(prom):
+    targets = tls_targets(prom)
+    servers = dict((t["targets"][0], t["labels"]["server"]) for t in targets)
+    assert sorted(servers.values()).count("edge") == len(NODES) and "vip" in servers.values(), servers
+    assert [e for e, server in servers.items() if server == "log_sink"] == ["%s:6379" % prom.check_output(ADDRESS)]
+
+    def probed():
+        rows = query(prom, 'probe_success{job="tls"} == 1')
+        return len(rows) == len(targets) and not query(prom, NOT_ON_DISK)
+    assert wait_for(probed, timeout=120, step=3), (query(prom, 'probe_success{job="tls"}'), query(prom, NOT_ON_DISK))
+    served = dict((r["metric"]["instance"], r["metric"]["fingerprint_sha256"])
+                  for r in query(prom, 'probe_ssl_last_chain_info{job="tls"}'))
+    files = dict((name, fingerprint(get_host(name))) for name in list(NODES) + [MONITORING])
+    for target in targets:
+        endpoint, labels = target["targets"][0], target["labels"]
+        expected = list(files.values()) if labels["server"] == "vip" else [files[labels["node"]]]
+        assert served[endpoint] in expected, (endpoint, labels)
+
+
+def test_a_served_certificate_that_no_file_holds_makes_its_alert_pending(prom, node):
+    """As if NODE's certificate had been renewed on disk and nginx kept the old one: the rule sees it at once."""
+    served = fingerprint(node)
+    endpoints = [t["targets"][0] for t in tls_targets(prom) if t["labels"].get("node") == NODE]
+
+    def pending():
+        rows = query(prom, 'ALERTS{alertname="LlmopsServedCertificateNotOnDisk"}')
+        return set(r["metric"]["instance"] for r in rows if r["metric"]["alertstate"] == "pending")
+
+    def swap(old, new):
+        node.check_output("sed -i 's/fingerprint_sha256=\"%s\"/fingerprint_sha256=\"%s\"/' %s" % (old, new, TEXTFILE))
+    swap(served, "0" * 64)
+    try:
+        assert wait_for(lambda: set(endpoints) <= pending(), timeout=90, step=3), (endpoints, pending())
+        rows = query(prom, NOT_ON_DISK)
+        assert {r["metric"]["fingerprint_sha256"] for r in rows} == {served}, rows
+    finally:
+        swap("0" * 64, served)
+    assert wait_for(lambda: not pending(), timeout=90, step=3), pending()
 
 
 def test_traffic_through_the_edge(prom):

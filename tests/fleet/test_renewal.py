@@ -3,8 +3,9 @@
 
 No request may fail, every key of a revoked certificate is new, and every daemon uses its new files: the servers
 (each edge, the log sink) serve the new serials, and the clients (keepalived's checks and the breaker on the
-directors, Prometheus) keep reaching the edges, which refuse their old serials from the run's end. Filebeat's sink
-does not check a CRL: Filebeat restarted after its new certificate and ships again.
+directors, Prometheus and its blackbox exporter's TLS probes) keep reaching the edges, which refuse their old serials
+from the run's end, and the probes see the new certificates served. Filebeat's sink does not check a CRL: Filebeat
+restarted after its new certificate and ships again.
 
 It runs with the fleet's deadline tests (marker `alone`), after test_lvs.py: under a steady load, a director that
 lost its checks would show as failed requests within seconds. Its load leaves more of IPVS's closing entries on one
@@ -15,6 +16,7 @@ both nodes would trip on.
 import datetime
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -88,6 +90,29 @@ def edge_targets_scraped_since(moment):
     """Whether every target behind an edge (mTLS) was scraped after moment, successfully."""
     targets = [t for t in prometheus_targets() if t["scrapeUrl"].startswith("https://")]
     return bool(targets) and all(t["health"] == "up" and epoch(t["lastScrape"]) > moment for t in targets)
+
+
+def prometheus_query(expr):
+    script = ("import sys, urllib.parse, urllib.request; print(urllib.request.urlopen("
+              "'http://127.0.0.1:9090/api/v1/query?query=' + urllib.parse.quote(sys.argv[1]), timeout=10)"
+              ".read().decode())")
+    return json.loads(on(MONITORING, "python3 -c %s %s" % (shlex.quote(script), shlex.quote(expr))))["data"]["result"]
+
+
+def probes_serve_the_new_files_since(moment, fingerprints):
+    """Whether every TLS probe (the blackbox exporter, Prometheus' new client certificate) passed after moment and
+    saw one of the new certificates, which the pki role's textfile lists too (the served-certificate alert's rule)."""
+    targets = [t for t in prometheus_targets() if t["labels"]["job"] == "tls"]
+    rows = prometheus_query('probe_ssl_last_chain_info{job="tls"} and on (instance) (probe_success{job="tls"} == 1)')
+    return (bool(targets) and all(t["health"] == "up" and epoch(t["lastScrape"]) > moment for t in targets)
+            and len(rows) == len(targets) and {r["metric"]["fingerprint_sha256"] for r in rows} <= fingerprints
+            and not prometheus_query('probe_ssl_last_chain_info{job="tls"} unless on (fingerprint_sha256) '
+                                     'llmops_certificate_info'))
+
+
+def fingerprint(host, name):
+    out = on(host, "openssl x509 -noout -fingerprint -sha256 -in %s/%s.crt" % (PKI_DIR, name))
+    return out.strip().split("=", 1)[1].replace(":", "").lower()
 
 
 def breaker_reads_since(director, moment):
@@ -166,6 +191,10 @@ def test_renewing_every_certificate_and_revoking_those_in_use_under_load_fails_n
     for director in DIRECTORS:
         assert wait_for(lambda d=director: breaker_reads_since(d, ended), timeout=60, step=3), director
     assert wait_for(lambda: edge_targets_scraped_since(ended), timeout=60, step=3), prometheus_targets()
+    # What the alerts watch is what is served: every probe (edges, VIP, Redis) sees a new certificate.
+    served = {fingerprint(host, "server") for host in list(NODES) + [MONITORING]}
+    assert wait_for(lambda: probes_serve_the_new_files_since(ended, served), timeout=60, step=3), \
+        prometheus_query('probe_ssl_last_chain_info{job="tls"} or probe_success{job="tls"}')
     # Filebeat: restarted with its new certificate, and shipping again.
     for node in NODES:
         assert filebeat_started(node) >= float(on(node, "stat -c %%Y %s/filebeat.crt" % PKI_DIR)), node
