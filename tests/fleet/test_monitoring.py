@@ -3,11 +3,11 @@ nodes' vLLM CPU instances through their TLS edges with the Prometheus client cer
 ships to the Redis log sink on lab-mon1.
 
 The tests run in file order: the vLLM targets up, the TLS probes (every endpoint serves its host's certificate file;
-NODE's fingerprint changed in its textfile makes the served-certificate alert pending), traffic, series and
-recording rules, the name guard, the dashboards' panels (the directors' breaker panel included), log shipping
-through NODE (audit lines, the sink down under load, a killed engine's lines tagged), then the alert (NODE's
-instance stopped). The lab-wide checks (every job's instances, the directors' series, both nodes' audit lines) are
-test_observability.py's.
+the master director holds no probe connection open; NODE's fingerprint changed in its textfile makes the served-
+certificate alert pending), traffic, series and recording rules, the name guard, the dashboards' panels (the
+directors' breaker panel included), log shipping through NODE (audit lines, the sink down under load, a killed
+engine's lines tagged), then the alert (NODE's instance stopped). The lab-wide checks (every job's instances, the
+directors' series, both nodes' audit lines) are test_observability.py's.
 
 What they change, and how they put it back:
 - NODE's pki textfile: its fingerprint put back in a finally, and the alert gone before the test ends;
@@ -26,7 +26,7 @@ import time
 
 import pytest
 import yaml
-from conftest import MONITORING, NODES, PROJECT, get_host, lvs_probe, wait_for
+from conftest import MONITORING, NODES, PROJECT, VIP, get_host, lvs_probe, wait_for
 
 NODE = "lab-node1"  # the node the log and alert tests use
 RULES = "/etc/prometheus/rules"
@@ -141,6 +141,24 @@ def test_every_tls_endpoint_serves_the_certificate_on_its_disk(prom):
         endpoint, labels = target["targets"][0], target["labels"]
         expected = list(files.values()) if labels["server"] == "vip" else [files[labels["node"]]]
         assert served[endpoint] in expected, (endpoint, labels)
+
+
+def test_the_vip_probes_close_their_connections_where_the_director_sees_it(prom):
+    """A direct-routing director sees only the client's packets: a probe connection that the edge ends stays
+    ESTABLISHED in its table for the whole TCP timeout (15 min), and wlc counts it as 256 connections, so new clients
+    all go to the other node. The edge probe keeps the connection alive and closes it itself."""
+    director, address = lvs_probe.master(), prom.check_output(ADDRESS)
+    timeout = int(lvs_probe.ssh(director, "ipvsadm -L --timeout").split(":")[1].split()[0])
+
+    def probes():
+        rows = [line.split() for line in lvs_probe.ssh(director, "ipvsadm -Lnc").splitlines()[2:]]
+        return [(state, timeout - int(expire[:2]) * 60 - int(expire[3:]))
+                for _tcp, expire, state, source, vip, _real in rows
+                if source.startswith(address + ":") and vip.startswith(VIP + ":")]
+    seen = []
+    assert wait_for(lambda: seen.extend(probes()) or seen, timeout=60, step=1), "no probe of the VIP went through"
+    stale = [(state, idle) for state, idle in probes() if state == "ESTABLISHED" and idle > 30]
+    assert not stale, "idle probe connections on %s: %s" % (director, stale)
 
 
 def test_a_served_certificate_that_no_file_holds_makes_its_alert_pending(prom, node):
