@@ -155,8 +155,7 @@ def test_the_vip_probes_close_their_connections_where_the_director_sees_it(prom)
         return [(state, timeout - int(expire[:2]) * 60 - int(expire[3:]))
                 for _tcp, expire, state, source, vip, _real in rows
                 if source.startswith(address + ":") and vip.startswith(VIP + ":")]
-    seen = []
-    assert wait_for(lambda: seen.extend(probes()) or seen, timeout=60, step=1), "no probe of the VIP went through"
+    assert wait_for(probes, timeout=60, step=1), "no probe of the VIP went through"
     stale = [(state, idle) for state, idle in probes() if state == "ESTABLISHED" and idle > 30]
     assert not stale, "idle probe connections on %s: %s" % (director, stale)
 
