@@ -7,7 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=${LAB_IMAGE_REPO:-localhost/llmops-lab}
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-tag=$(cat "$here/build.sh" "$here/packages.txt" | sha256sum | cut -c1-12)
+tag=$(cat "$here/build.sh" "$here/packages.txt" "$here/cgroup-empty.sh" | sha256sum | cut -c1-12)
 image="$repo:$tag"
 
 if podman image exists "$image"; then
@@ -29,6 +29,23 @@ for unit in getty.target console-getty.service systemd-udevd.service \
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
 : >"$rootfs/etc/machine-id"
+# systemd here hears when a service's cgroup empties (see cgroup-empty.sh): without it, on a cgroup v1 host, a vLLM
+# restart waited a minute in final-sigkill about every second time.
+install -m 0755 "$here/cgroup-empty.sh" "$rootfs/usr/local/sbin/llmops-lab-cgroup-empty"
+cat >"$rootfs/etc/systemd/system/llmops-lab-cgroup-empty.service" <<'UNIT'
+[Unit]
+Description=Report emptied service cgroups to systemd (lab container on a cgroup v1 host)
+ConditionPathIsDirectory=/sys/fs/cgroup/systemd
+
+[Service]
+ExecStart=/usr/local/sbin/llmops-lab-cgroup-empty
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+mkdir -p "$rootfs/etc/systemd/system/multi-user.target.wants"
+ln -sf ../llmops-lab-cgroup-empty.service "$rootfs/etc/systemd/system/multi-user.target.wants/"
 # A throwaway test container needs no fsync of every file dpkg unpacks, nor translated package lists (as the
 # Debian images of container registries): apt installs in the lab wait on the disk far less.
 echo force-unsafe-io >"$rootfs/etc/dpkg/dpkg.cfg.d/llmops-lab-unsafe-io"
