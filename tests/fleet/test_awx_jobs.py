@@ -71,8 +71,9 @@ def test_the_diagnose_job_writes_a_report_per_node(awx_job):
 
 def test_the_rolling_upgrade_job_in_check_mode(awx_job):
     # With the directors: each is read, and in check mode (no drain file) nothing waits for weight 0.
-    # test_lvs.py runs the upgrade for real.
-    job = awx_job("playbooks/rolling_upgrade.yml", {"rolling_upgrade_drain_timeout": 10},
+    # test_lvs.py runs the upgrade for real, with the same stages (vLLM's, as an operator upgrades it).
+    job = awx_job("playbooks/rolling_upgrade.yml", {"rolling_upgrade_drain_timeout": 10,
+                                                    "llmops_only_stages": ["vllm_install", "vllm_server", "edge"]},
                   cmdline="--check " + ON_THE_NODE)
     _ok(job)
     # The node would leave the pool for its upgrade; the rest of it is as converged.
