@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Lab containers only: tells systemd when a service's cgroup has emptied, as the cgroup v1 release agent does on a
 # host. In a container on a cgroup v1 host that agent is the host's, so systemd here never hears it; a unit whose
 # last process dies after its main process (vLLM's multiprocessing resource tracker, say) then waits in
