@@ -4,11 +4,11 @@
 # last process dies after its main process (vLLM's multiprocessing resource tracker, say) then waits in
 # final-sigkill for the whole TimeoutStopSec, and a restart takes a minute longer than it should.
 # Each service cgroup that goes from holding processes to holding none is reported once, through systemd's own
-# systemd-cgroups-agent; systemd checks the cgroup itself before it acts on it.
+# systemd-cgroups-agent; systemd checks the cgroup itself before it acts on it. The unit runs this only where the
+# name=systemd hierarchy exists (cgroup v1): on cgroup v2 the kernel tells systemd itself.
 set -u
 shopt -s nullglob
 hierarchy=/sys/fs/cgroup/systemd
-grep -q ':name=systemd:' /proc/1/cgroup || exit 0  # a cgroup v2 host: systemd hears it from the kernel
 root=$(sed -n 's/^[0-9]*:name=systemd:\(.*\)\/init\.scope$/\1/p' /proc/1/cgroup)
 declare -A held
 while sleep 0.5; do
