@@ -314,3 +314,130 @@ def crl_plan(settings, revoked=(), one_more=None, host=None, next_update=None, n
         'revoked_certificates': entries,
         'warnings': warnings,
     }
+
+
+# The fleet CAs on the controller: the issuing one, the next (a rollover's stage add to issue) and the previous
+# (stage issue to retire). Every host trusts all of them; only the current one signs certificates.
+CA_ROLES = ('current', 'next', 'previous')
+ROLLOVER_STAGES = ('add', 'issue', 'retire')
+RETIRE_AFTER_DEFAULT_DAYS = 30
+
+
+def _date(host, what, value):
+    try:
+        return datetime.datetime.strptime(str(value).strip(), '%Y-%m-%d').date()
+    except ValueError:
+        _fail(host, '%s %r is not a date' % (what, value), 'write it as YYYY-MM-DD, e.g. 2027-01-31')
+
+
+def ca_plan(settings, found, stage='', host=None, today=None):
+    """What this run does to the fleet's CAs on the controller, or raise PkiPlanError.
+
+    settings: create (pki_ca_create), passphrase (bool: pki_ca_privatekey_passphrase is set), unencrypted
+    (pki_ca_privatekey_unencrypted), retire_after (stage issue: the date from which stage retire may run, YYYY-MM-DD;
+    empty for RETIRE_AFTER_DEFAULT_DAYS from today), retire_early (stage retire before that date).
+    found: {'current'|'next'|'previous': {'certificate': bool, 'key': bool}} as the controller holds them now, and
+    'retire_after': the date stage issue recorded ('' without one).
+    stage: '' (any other run) or one of ROLLOVER_STAGES (playbooks/ca_rollover.yml).
+    Returns moves ([[from, to]], in order; a CA's certificate, key and CRL move together), held_by ({role after the
+    moves: role whose files hold it now}), record_retire_after (the date to record, or None), retire (the previous CA
+    leaves the trust bundles), create (the CAs this run creates), trusted (the trust bundle's CAs after this run, the
+    issuing one first) and messages (what the run does, for the operator).
+    """
+    settings, found = dict(settings or {}), dict(found or {})
+    today = today or datetime.date.today()
+    stage = str(stage or '')
+    if stage and stage not in ROLLOVER_STAGES:
+        _fail(host, 'the CA rollover stage %r is not one of %s' % (stage, ', '.join(ROLLOVER_STAGES)),
+              'run playbooks/ca_rollover.yml with -e ca_rollover_stage=add, then issue, then retire')
+    has = {}
+    for role in CA_ROLES:
+        files = dict(found.get(role) or {})
+        certificate, key = bool(files.get('certificate')), bool(files.get('key'))
+        if certificate != key:
+            _fail(host, 'the %s CA on the controller has its %s but not its %s'
+                  % (role, 'certificate' if certificate else 'key', 'key' if certificate else 'certificate'),
+                  'restore the missing file from your backup of pki_dir%s'
+                  % ('; or move the other one away so that a new CA is created (every certificate is then reissued)'
+                     if role == 'current' and settings.get('create') else ''))
+        has[role] = certificate
+    recorded = str(found.get('retire_after') or '')
+    moves, create, messages, retire, record = [], [], [], False, None
+    if stage == 'add':
+        if has['previous']:
+            _fail(host, 'stage add: the last rollover has not ended, its previous CA is still trusted%s'
+                  % (' (until %s)' % recorded if recorded else ''),
+                  'run stage retire first (playbooks/ca_rollover.yml -e ca_rollover_stage=retire)')
+        if not has['current']:
+            _fail(host, 'stage add: there is no CA to roll over', 'run site.yml first; it creates the fleet CA')
+        if has['next']:
+            messages.append('stage add: the next CA exists already; every trust bundle holds it')
+        else:
+            create.append('next')
+            messages.append('stage add: a new CA is created and every trust bundle gets it beside the current one')
+    elif stage == 'issue':
+        if has['next']:
+            if has['current'] and has['previous']:
+                _fail(host, 'stage issue: the current, next and previous CAs all exist, so the current one cannot '
+                      'become the previous', 'run stage retire of the earlier rollover first, then issue')
+            if has['current']:
+                moves.append(['current', 'previous'])
+            moves.append(['next', 'current'])
+            if has['current'] or not recorded:
+                days = settings.get('retire_after') or ''
+                record = (_date(host, 'ca_rollover_retire_after', days) if days
+                          else today + datetime.timedelta(days=RETIRE_AFTER_DEFAULT_DAYS))
+                if record < today:
+                    _fail(host, 'stage issue: ca_rollover_retire_after %s is in the past' % record,
+                          'give today\'s date or a later one')
+                record = record.isoformat()
+            messages.append('stage issue: the next CA becomes the issuing one and every certificate is issued anew '
+                            'from it; the previous CA stays trusted until stage retire (from %s)'
+                            % (record or recorded))
+        elif has['previous']:
+            messages.append('stage issue: already done; certificates still of the previous CA are issued anew')
+        else:
+            _fail(host, 'stage issue: there is no next CA to issue from',
+                  'run stage add first, and wait until every client trusts the new CA')
+    elif stage == 'retire':
+        if has['next']:
+            _fail(host, 'stage retire: the next CA does not issue yet', 'run stage issue first')
+        if has['previous']:
+            if recorded and today < _date(host, 'the recorded retirement date', recorded) \
+                    and not settings.get('retire_early'):
+                _fail(host, 'stage retire: the previous CA is to stay trusted until %s' % recorded,
+                      'run stage retire on or after that date; or, once every client holds a certificate of the '
+                      'new CA, add -e ca_rollover_retire_early=true')
+            retire = True
+            messages.append('stage retire: the previous CA leaves every trust bundle; certificates it issued are '
+                            'refused from now on')
+        else:
+            messages.append('stage retire: no previous CA is trusted; nothing to retire')
+    after = dict(has)
+    held_by = dict((role, role) for role in CA_ROLES)
+    for source, target in moves:
+        after[target], after[source] = True, False
+        held_by[target] = held_by[source]
+    if retire:
+        after['previous'] = False
+    if not after['current']:
+        if not settings.get('create'):
+            _fail(host, 'the fleet CA is not on the controller',
+                  'point pki_ca_certificate and pki_ca_privatekey at your CA, or set pki_ca_create: true')
+        create.insert(0, 'current')
+    if create and not settings.get('passphrase') and not settings.get('unencrypted'):
+        _fail(host, 'a new %s CA would be created with its private key in clear on the controller'
+              % ' and '.join(create),
+              'set pki_ca_privatekey_passphrase (keep it in the vault), or pki_ca_privatekey_unencrypted: true to '
+              'accept a key in clear')
+    for role in create:
+        after[role] = True
+    return {
+        'moves': moves,
+        'held_by': held_by,
+        'record_retire_after': record,
+        'retire': retire,
+        'create': create,
+        'trusted': [role for role in CA_ROLES if after[role]],
+        'messages': messages,
+    }

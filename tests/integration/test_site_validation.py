@@ -194,6 +194,7 @@ def test_pki_and_edge_preflight_refuse_before_any_host_changes(lab_host, tmp_pat
         tmp_path,
         lab_host,
         "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\npki_dir: %s\n"
+        "pki_ca_privatekey_passphrase: it-only\n"
         "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n%s"
         % (wheelhouse, tmp_path / "pki", extra_vars.format()),
     )
@@ -254,7 +255,8 @@ def test_director_preflight_refuses_before_any_host_changes(node_and_director, t
     )
     vip = "10.88.200.100"
     (inventory / "group_vars" / "all.yml").write_text(
-        "pki_dir: %s\nvllm_service_vips: [%s]\nlvs_director_vrrp_auth_pass: it-vrrp\n" % (tmp_path / "pki", vip))
+        "pki_dir: %s\npki_ca_privatekey_passphrase: it-only\nvllm_service_vips: [%s]\n"
+        "lvs_director_vrrp_auth_pass: it-vrrp\n" % (tmp_path / "pki", vip))
     (inventory / "group_vars" / "lvs_directors.yml").write_text(
         "pki_host_clients:\n  - {name: lb-health-checker, ou: lb-health-checker}\n" + director_vars)
     (inventory / "host_vars" / ("%s.yml" % node)).write_text(

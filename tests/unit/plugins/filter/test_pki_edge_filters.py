@@ -34,7 +34,7 @@ PKI = {'validity_days': 365, 'renew_before_days': 30, 'directory': '/etc/llmops-
 
 
 def test_pki_plan_filter():
-    assert sorted(pki.FilterModule().filters()) == ['pki_crl_plan', 'pki_plan']
+    assert sorted(pki.FilterModule().filters()) == ['pki_ca_plan', 'pki_crl_plan', 'pki_plan']
     name = 'pki_plan'
     result = pki.FilterModule().filters()[name](PKI, {'names': ['n1'], 'addresses': ['10.0.0.1']}, host='n1')
     assert result['certificates'][0]['subject_alt_name'] == ['DNS:n1', 'IP:10.0.0.1']
@@ -48,6 +48,13 @@ def test_pki_crl_plan_filter():
     assert result['revoked_certificates'] == [{'serial_number': 10, 'reason': 'unspecified'}]
     with pytest.raises(AnsibleFilterError, match='host n1: pki: pki_revoked entry serial=x'):
         pki.pki_crl_plan(settings, [{'serial': 'x'}], host='n1')
+
+
+def test_pki_ca_plan_filter():
+    result = pki.FilterModule().filters()['pki_ca_plan']({'create': True, 'passphrase': True}, {}, '', host='n1')
+    assert result['create'] == ['current']
+    with pytest.raises(AnsibleFilterError, match='host n1: pki: the CA rollover stage'):
+        pki.pki_ca_plan({}, {}, 'rotate', host='n1')
 
 
 def test_edge_plan_filter():

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
-from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError, pki_plan
+from ansible_collections.llmops.vllm.plugins.module_utils._pki import PkiPlanError, ca_plan, pki_plan
 
 BASE = {'validity_days': 365, 'renew_before_days': 30, 'key_algorithm': 'ecdsa-p256', 'organization': 'llmops.vllm',
         'directory': '/etc/llmops-vllm/pki'}
@@ -119,3 +121,88 @@ def test_refusals_name_the_host_the_problem_and_the_fix(settings, fragments):
 def test_a_server_certificate_needs_a_name_or_an_address():
     with pytest.raises(PkiPlanError, match='would have no name and no address'):
         plan(identity={'names': [''], 'addresses': ['127.0.0.1']}, server=True)
+
+
+# The fleet CAs and a rollover's stages (ca_plan).
+CA = {'certificate': True, 'key': True}
+TODAY = datetime.date(2026, 12, 7)
+SETTINGS = {'create': True, 'passphrase': True}
+
+
+def cas(stage='', settings=None, **found):
+    return ca_plan(dict(SETTINGS, **(settings or {})), found, stage, host='ctl', today=TODAY)
+
+
+def ca_refused(fragment, stage='', settings=None, **found):
+    with pytest.raises(PkiPlanError) as error:
+        cas(stage, settings, **found)
+    message = str(error.value)
+    assert message.startswith('host ctl: pki: ') and '. Fix: ' in message and fragment in message, message
+    return message
+
+
+def test_a_new_fleet_creates_its_ca_and_trusts_it_alone():
+    plan = cas()
+    assert plan['create'] == ['current'] and plan['trusted'] == ['current'] and plan['moves'] == []
+    assert cas(current=CA)['create'] == [] and cas(current=CA)['trusted'] == ['current']
+
+
+def test_a_new_ca_key_in_clear_is_refused_unless_accepted():
+    message = ca_refused('private key in clear', settings={'passphrase': False})
+    assert 'pki_ca_privatekey_passphrase' in message and 'pki_ca_privatekey_unencrypted' in message
+    assert cas(settings={'passphrase': False, 'unencrypted': True})['create'] == ['current']
+    # An existing CA in clear is not re-created (the git warning covers it).
+    assert cas(settings={'passphrase': False}, current=CA)['create'] == []
+    ca_refused('new next CA', 'add', {'passphrase': False}, current=CA)
+
+
+def test_a_missing_ca_that_may_not_be_created_and_a_half_ca_are_refused():
+    ca_refused('not on the controller', settings={'create': False})
+    assert 'restore the missing file' in ca_refused('has its certificate but not its key',
+                                                    current={'certificate': True, 'key': False})
+    ca_refused('next CA on the controller has its key but not its certificate', current=CA,
+               next={'certificate': False, 'key': True})
+
+
+def test_the_three_stages_move_the_cas_and_keep_both_trusted_between_them():
+    add = cas('add', current=CA)
+    assert add['create'] == ['next'] and add['trusted'] == ['current', 'next'] and add['moves'] == []
+    # Any run between the stages trusts what is there.
+    assert cas(current=CA, next=CA)['trusted'] == ['current', 'next']
+    issue = cas('issue', current=CA, next=CA)
+    assert issue['moves'] == [['current', 'previous'], ['next', 'current']]
+    assert issue['held_by'] == {'current': 'next', 'previous': 'current', 'next': 'next'}
+    assert issue['trusted'] == ['current', 'previous'] and issue['create'] == []
+    assert issue['record_retire_after'] == '2027-01-06'
+    assert cas('issue', {'retire_after': '2026-12-07'}, current=CA, next=CA)['record_retire_after'] == '2026-12-07'
+    between = cas(current=CA, previous=CA, retire_after='2027-01-06')
+    assert between['trusted'] == ['current', 'previous'] and not between['retire']
+    retire = cas('retire', current=CA, previous=CA, retire_after='2026-12-07')
+    assert retire['retire'] and retire['trusted'] == ['current'] and retire['moves'] == []
+
+
+def test_each_stage_run_again_does_no_harm_and_a_stopped_issue_goes_on():
+    assert cas('add', current=CA, next=CA)['create'] == []
+    again = cas('issue', current=CA, previous=CA, retire_after='2027-01-06')
+    assert again['moves'] == [] and again['record_retire_after'] is None and 'already done' in again['messages'][0]
+    # Stopped after the current CA became the previous one: the next one moves on, the date recorded stays.
+    resumed = cas('issue', next=CA, previous=CA, retire_after='2027-01-06')
+    assert resumed['moves'] == [['next', 'current']] and resumed['create'] == []
+    assert resumed['record_retire_after'] is None and resumed['trusted'] == ['current', 'previous']
+    nothing = cas('retire', current=CA)
+    assert not nothing['retire'] and 'nothing to retire' in nothing['messages'][0]
+
+
+def test_stages_out_of_order_or_too_early_are_refused_with_the_next_step():
+    assert 'ca_rollover_stage=add' in ca_refused('is not one of add, issue, retire', 'rotate', current=CA)
+    assert 'run stage retire first' in ca_refused('has not ended', 'add', current=CA, previous=CA,
+                                                  retire_after='2027-01-06')
+    ca_refused('no CA to roll over', 'add')
+    assert 'run stage add first' in ca_refused('no next CA', 'issue', current=CA)
+    assert 'run stage issue first' in ca_refused('does not issue yet', 'retire', current=CA, next=CA)
+    message = ca_refused('to stay trusted until 2027-01-06', 'retire', current=CA, previous=CA,
+                         retire_after='2027-01-06')
+    assert 'ca_rollover_retire_early=true' in message
+    assert cas('retire', {'retire_early': True}, current=CA, previous=CA, retire_after='2027-01-06')['retire']
+    ca_refused('is in the past', 'issue', {'retire_after': '2026-12-01'}, current=CA, next=CA)
+    ca_refused('is not a date', 'issue', {'retire_after': '31/01/2027'}, current=CA, next=CA)

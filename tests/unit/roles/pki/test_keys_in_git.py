@@ -8,6 +8,7 @@ trees."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,26 +20,28 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[4]
 TASKS = REPO / 'roles' / 'pki' / 'tasks' / 'keys_in_git.yml'
+DEFAULTS, VARS = REPO / 'roles' / 'pki' / 'defaults' / 'main.yml', REPO / 'roles' / 'pki' / 'vars' / 'main.yml'
 KEY = '-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n'
 
 pytestmark = pytest.mark.skipif(not shutil.which('git'), reason='needs git')
 
 
-def warnings(tmp_path, pki_dir):
+def warnings(tmp_path, pki_dir, unencrypted=False):
+    """The keys named by the warning, with the role's defaults and vars; unencrypted: a new CA key in clear."""
     play = tmp_path / 'play.yml'
     play.write_text(textwrap.dedent('''\
         - hosts: localhost
           gather_facts: false
-          vars:
-            pki_dir: %s
-            pki_ca_privatekey: "{{ pki_dir }}/ca.key"
+          vars_files: [%s, %s]
           tasks:
             - ansible.builtin.import_tasks: %s
-        ''' % (pki_dir, TASKS)))
+        ''' % (DEFAULTS, VARS, TASKS)))
+    settings = json.dumps({'pki_dir': str(pki_dir), 'pki_ca_privatekey_unencrypted': unencrypted})
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'))
     result = subprocess.run([str(Path(sys.executable).parent / 'ansible-playbook'), '-i', 'localhost,', str(play),
-                             '-e', 'ansible_python_interpreter=%s' % sys.executable, '--connection', 'local'],
+                             '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', settings,
+                             '--connection', 'local'],
                             capture_output=True, text=True, check=False, env=env, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     text = ' '.join((result.stdout + result.stderr).split())
@@ -61,7 +64,17 @@ def test_keys_in_clear_that_git_would_take_are_named(tmp_path):
 
 def test_a_new_pki_dir_is_judged_by_the_work_tree_it_will_be_in(tmp_path):
     pki = git_tree(tmp_path / 'repo', 'clients/\n')
-    assert warnings(tmp_path, pki / 'not-yet') == ['%s/not-yet/ca.key' % pki]
+    assert warnings(tmp_path, pki / 'not-yet', unencrypted=True) == ['%s/not-yet/ca.key' % pki]
+    # A new CA key gets the passphrase (the preflight refuses one in clear unless accepted).
+    assert warnings(tmp_path, pki / 'not-yet') == []
+
+
+def test_a_rollovers_next_and_previous_ca_keys_in_clear_are_named(tmp_path):
+    pki = git_tree(tmp_path / 'repo', 'inventory/pki/clients/*.key\n')
+    (pki / 'ca.key').write_text('-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIH\n-----END ENCRYPTED PRIVATE KEY-----\n')
+    (pki / 'ca-next.key').write_text(KEY)
+    (pki / 'ca-previous.key').write_text(KEY)
+    assert warnings(tmp_path, pki) == ['%s/ca-next.key' % pki, '%s/ca-previous.key' % pki]
 
 
 def test_ignored_or_encrypted_keys_and_trees_outside_git_are_not(tmp_path):
