@@ -19,6 +19,8 @@ import yaml
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INVENTORY = os.path.join(PROJECT, "inventories", "lab")
 PKI = os.path.join(PROJECT, ".cache", "pki", "lab")
+# Every CA the fleet trusts (during a CA rollover, two), as the application clients get them.
+CA_BUNDLE = os.path.join(PKI, "clients", "ca.crt")
 CA, CERT, KEY = (os.path.join(PKI, "ca.crt"), os.path.join(PKI, "clients", "lab-client.crt"),
                  os.path.join(PKI, "clients", "lab-client.key"))
 
@@ -32,6 +34,8 @@ _GROUPS = _load("hosts.yml")["all"]["children"]
 NODES = {name: hv["lab_ip"] for name, hv in _GROUPS["vllm_nodes"]["hosts"].items()}
 DIRECTORS = {name: hv["lab_ip"] for name, hv in _GROUPS["lvs_directors"]["hosts"].items()}
 VIP = _load("group_vars", "all", "service.yml")["vllm_service_vips"][0]
+# The passphrase of the lab CA's keys (a production inventory takes its own from the vault).
+CA_PASSPHRASE = _load("group_vars", "all", "pki.yml")["pki_ca_privatekey_passphrase"]
 SSH_KEY = os.path.join(PROJECT, ".cache", "director-vms", "id_ed25519")
 SSH = ["ssh", "-i", SSH_KEY, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
        "LogLevel=ERROR", "-o", "BatchMode=yes"]
@@ -50,6 +54,14 @@ ca, cert, key, host, pace, seconds, stop = sys.argv[1:8]
 ctx = ssl.create_default_context(cafile=ca)
 ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.load_cert_chain(cert, key)
+"""
+# A context from the files as they are now (ReloadingLoad).
+RELOAD = r"""
+def fresh():
+    context = ssl.create_default_context(cafile=ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.load_cert_chain(cert, key)
+    return context
 """
 # The client: requests to the VIP, a new TLS 1.3 connection with the lab client's certificate for each, at a
 # steady rate, for SECONDS or until STOP exists; every answer that is not a 200 completion counts as a failure.
@@ -203,13 +215,14 @@ class Load:
     # Every load started, so that a test that failed before stopping its own can have it stopped (stop_all).
     started = []
 
-    SCRIPT, STOP = LOAD, "lvs-stop-load"
+    # The client's script, its stop file's name, and the CA certificates it trusts.
+    SCRIPT, STOP, TRUST = LOAD, "lvs-stop-load", CA
 
     def __init__(self, rate, seconds):
         self.stop_file = os.path.join(PROJECT, ".cache", self.STOP)
         if os.path.exists(self.stop_file):
             os.unlink(self.stop_file)
-        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT, CA, CERT, KEY, VIP, str(rate),
+        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT, self.TRUST, CERT, KEY, VIP, str(rate),
                                          str(seconds), self.stop_file], stdout=subprocess.PIPE, text=True)
         Load.started.append(self)
 
@@ -228,6 +241,21 @@ class Load:
     def result(self):
         out, _err = self.process.communicate(timeout=1200)
         return json.loads(out)
+
+
+class ReloadingLoad(Load):
+    """Load as an application that follows the fleet's CA rollover does: each request reads the trust bundle of
+    every CA the fleet trusts (the application clients' ca.crt) and the client's certificate and key anew. Each is
+    GET /v1/models, which the edge answers itself: a new TLS 1.3 connection with a client certificate through the
+    VIP, all that a certificate change can break, without the inference that makes up most of a completion's CPU
+    time on this machine."""
+
+    SCRIPT = (LOAD.replace("context=ctx", "context=fresh()").replace("def one():", RELOAD + "def one():")
+              .replace('conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})',
+                       'conn.request("GET", "/v1/models")')
+              .replace('json.loads(data)["usage"]["completion_tokens"] == 2',
+                       '"tiny-llama" in [m["id"] for m in json.loads(data)["data"]]'))
+    STOP, TRUST = "lvs-stop-reloading-load", CA_BUNDLE
 
 
 class KeepAlive(Load):

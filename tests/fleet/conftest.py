@@ -26,6 +26,7 @@ import lvs_probe  # noqa: E402  (the lab's inventory, read once, and its client 
 
 INVENTORY = lvs_probe.INVENTORY
 PKI = pathlib.Path(lvs_probe.PKI)  # the lab's CA and application clients on this machine
+CA_PASSPHRASE = lvs_probe.CA_PASSPHRASE  # of the lab CA's keys
 NODES = lvs_probe.NODES  # {name: address} of the vLLM nodes
 DIRECTORS = lvs_probe.DIRECTORS
 MONITORING = "lab-mon1"

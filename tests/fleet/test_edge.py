@@ -38,7 +38,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import DIRECTORS, NODES, PKI, PROJECT, VIP, get_host, lvs_probe, play, wait_for
+from conftest import CA_PASSPHRASE, DIRECTORS, NODES, PKI, PROJECT, VIP, get_host, lvs_probe, play, wait_for
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -156,7 +156,7 @@ def client(tmp_path_factory):
     certs = tmp_path_factory.mktemp("edge-client")
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_cert = x509.load_pem_x509_certificate((PKI / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key(ca_key_pem().encode(), None)
+    ca_key = load_key(ca_key_pem())
     expired = _issue("lab-client", ca_cert, ca_key, now - datetime.timedelta(days=3), now - datetime.timedelta(days=1))
     other_ca, other_key = _issue("another CA", None, None, now - datetime.timedelta(days=1),
                                  now + datetime.timedelta(days=30))
@@ -202,10 +202,15 @@ def ca_key_pem():
     return CA_KEY.read_text()
 
 
+def load_key(pem):
+    """A private key from its PEM; an encrypted one (the lab CA's) with the lab CA's passphrase."""
+    return serialization.load_pem_private_key(pem.encode(), CA_PASSPHRASE.encode() if "ENCRYPTED" in pem else None)
+
+
 def secret_forms(pem):
     """What would betray a private key in text: its PEM's first line and its private value in decimal and hex.
     (The rest of an EC key's PEM encodes its public key, which may be printed.)"""
-    key = serialization.load_pem_private_key(pem.encode(), None)
+    key = load_key(pem)
     value = key.private_numbers().private_value
     first = [line for line in pem.splitlines() if line and "PRIVATE KEY" not in line][0]
     return [first, str(value), "%x" % value]
