@@ -87,7 +87,7 @@ def test_the_revoke_job_in_check_mode_refuses_nothing_and_revokes_nothing(awx_jo
     _ok(job)
     assert job.summary[1] == "What would change (check mode):", job.summary
     changes = next(line for line in job.summary if line.startswith("  %s: " % NODE))
-    assert "pki : Sign the CRL with the CA on the controller" in changes and "edge :" not in changes, job.summary
+    assert "pki : Sign the CRLs with their CAs on the controller" in changes and "edge :" not in changes, job.summary
 
 
 def test_a_refused_job_fails_and_says_why(awx_job):

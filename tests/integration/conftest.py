@@ -55,7 +55,9 @@ def write_inventory(directory, host, host_vars):
     (inventory / "hosts.yml").write_text(
         "all:\n  children:\n    vllm_nodes:\n      hosts:\n        %s:\n"
         "  vars:\n    ansible_connection: podman_pipelined\n"
-        "    ansible_python_interpreter: /usr/bin/python3\n" % host
+        "    ansible_python_interpreter: /usr/bin/python3\n"
+        # A new CA's key needs a passphrase (a test-only one here).
+        "    pki_ca_privatekey_passphrase: it-only\n" % host
     )
     (inventory / "host_vars" / ("%s.yml" % host)).write_text(host_vars)
     return inventory

@@ -67,7 +67,6 @@ def test_the_diagnose_playbook_reports_the_seed_lines_of_the_units_the_node_summ
         tmp_path,
         lab_host,
         "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\npki_dir: %s\n"
-        "pki_ca_privatekey_passphrase: it-only\n"
         "edge_listen_addresses: [10.0.0.5]\nvllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n"
         % (wheelhouse_of_0_32_0(tmp_path), tmp_path / "pki"),
     )

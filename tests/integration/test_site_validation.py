@@ -194,7 +194,6 @@ def test_pki_and_edge_preflight_refuse_before_any_host_changes(lab_host, tmp_pat
         tmp_path,
         lab_host,
         "vllm_install_source: wheelhouse\nvllm_install_wheelhouse_dir: %s\npki_dir: %s\n"
-        "pki_ca_privatekey_passphrase: it-only\n"
         "vllm_instances:\n  - {name: tiny, model: /usr, port: 8101, device: cpu}\n%s"
         % (wheelhouse, tmp_path / "pki", extra_vars.format()),
     )
